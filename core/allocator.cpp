@@ -1,0 +1,153 @@
+// core/allocator.cpp: see allocator.h.
+#include "allocator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_backend.h"
+#include "error.h"
+
+namespace fg {
+namespace {
+
+constexpr std::size_t kSmallGranule = 512;
+constexpr std::size_t kLargeGranule = 2u << 20;
+constexpr std::size_t kLargeThreshold = 1u << 20;
+
+std::size_t round_size(std::size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    std::size_t granule = bytes < kLargeThreshold ? kSmallGranule : kLargeGranule;
+    return (bytes + granule - 1) / granule * granule;
+}
+
+class Pool {
+public:
+    explicit Pool(Device device) : device_(device) {}
+
+    void* allocate(std::size_t bytes) {
+        std::size_t size = round_size(bytes);
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.allocations;
+        void* ptr = nullptr;
+        auto it = free_.find(size);
+        if (it != free_.end() && !it->second.empty()) {
+            ptr = it->second.back();
+            it->second.pop_back();
+            ++stats_.cache_hits;
+        } else {
+            ptr = raw_allocate(size);
+            if (!ptr && device_ == Device::cuda) {  // release the cache and try once more
+                release_cached_locked();
+                ptr = raw_allocate(size);
+            }
+            if (!ptr) {
+                fail("allocator", "out of ", device_name(device_), " memory: asked for ",
+                     format_bytes(size), " with ", format_bytes(stats_.bytes_in_use),
+                     " in use and ", format_bytes(stats_.bytes_reserved), " reserved");
+            }
+            ++stats_.device_allocations;
+            stats_.bytes_reserved += size;
+        }
+        stats_.bytes_in_use += size;
+        if (stats_.bytes_in_use > stats_.peak_bytes_in_use)
+            stats_.peak_bytes_in_use = stats_.bytes_in_use;
+        return ptr;
+    }
+
+    void deallocate(void* ptr, std::size_t bytes) noexcept {
+        if (!ptr) return;
+        std::size_t size = round_size(bytes);
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_.bytes_in_use -= size;
+        if (device_ == Device::cpu) {  // host memory is cheap to get back: no cache
+            std::free(ptr);
+            stats_.bytes_reserved -= size;
+            return;
+        }
+        try {
+            free_[size].push_back(ptr);
+        } catch (...) {  // no memory for the free list: give the block back instead
+            if (CudaBackend* cuda = cuda_backend_or_null()) cuda->free(ptr);
+            stats_.bytes_reserved -= size;
+        }
+    }
+
+    void release_cached() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        release_cached_locked();
+    }
+
+    MemoryStats stats() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return stats_;
+    }
+
+    void reset_peak() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    }
+
+private:
+    void* raw_allocate(std::size_t size) {
+        if (device_ == Device::cpu) return std::aligned_alloc(64, size);
+        return cuda_backend("allocator").malloc(size);
+    }
+
+    void release_cached_locked() {
+        if (device_ != Device::cuda) return;
+        CudaBackend& cuda = cuda_backend("allocator");
+        cuda.synchronize();  // cached blocks may still be read by queued kernels' neighbours
+        for (auto& [size, blocks] : free_) {
+            for (void* ptr : blocks) cuda.free(ptr);
+            stats_.bytes_reserved -= size * blocks.size();
+            blocks.clear();
+        }
+    }
+
+    Device device_;
+    std::mutex mutex_;
+    std::unordered_map<std::size_t, std::vector<void*>> free_;
+    MemoryStats stats_;
+};
+
+// Never destroyed: tensors that outlive main() may still free into it during static destruction.
+Pool& pool(Device device) {
+    static Pool* cpu = new Pool(Device::cpu);
+    static Pool* cuda = new Pool(Device::cuda);
+    return device == Device::cpu ? *cpu : *cuda;
+}
+
+}  // namespace
+
+void* allocate_bytes(Device device, std::size_t bytes) { return pool(device).allocate(bytes); }
+void free_bytes(Device device, void* ptr, std::size_t bytes) noexcept {
+    pool(device).deallocate(ptr, bytes);
+}
+MemoryStats memory_stats(Device device) { return pool(device).stats(); }
+void reset_peak_memory(Device device) { pool(device).reset_peak(); }
+void empty_cuda_cache() { pool(Device::cuda).release_cached(); }
+
+std::string format_bytes(std::size_t bytes) {
+    char buf[64];
+    double b = static_cast<double>(bytes);
+    if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+    else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+    else std::snprintf(buf, sizeof buf, "%zu B", bytes);
+    return buf;
+}
+
+std::string format_memory_stats(const MemoryStats& s) {
+    double hit = s.allocations ? 100.0 * s.cache_hits / s.allocations : 0.0;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "in use %s (peak %s), reserved %s, %zu allocations, "
+                  "%zu device mallocs, %.1f%% from cache",
+                  format_bytes(s.bytes_in_use).c_str(), format_bytes(s.peak_bytes_in_use).c_str(),
+                  format_bytes(s.bytes_reserved).c_str(), s.allocations, s.device_allocations, hit);
+    return buf;
+}
+
+}  // namespace fg

@@ -1,0 +1,105 @@
+// core/cuda_backend.h: the one seam between core/ and the CUDA kernels. core/ calls the GPU only
+// through cuda_backend(op), which returns the kernels library in a CUDA build with a device, and
+// otherwise throws "[op] built without CUDA" or "[op] no CUDA device is available". The CUDA
+// build implements this interface in cuda_seam.cpp by forwarding to kernels/; a CPU-only build
+// links cuda_stub.cpp, which has no implementation at all. No #ifdef anywhere else.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kernels/elementwise.h"  // ScalarType, BinaryOp (plain C++ declarations)
+#include "kernels/layout.h"       // PermuteParams
+
+namespace fg {
+
+struct CudaDeviceInfo {
+    std::string name;
+    int sm_count = 0;
+    int l2_bytes = 0;
+    std::size_t total_bytes = 0;
+};
+
+class CudaBackend {
+public:
+    virtual ~CudaBackend() = default;
+    virtual CudaDeviceInfo device_info() = 0;
+
+    // Memory and copies, all ordered on fusegrad's one stream. Device-to-host copies synchronise
+    // and then surface any error a kernel recorded (see kernels/runtime.h) as an fg::Error.
+    virtual void* malloc(std::size_t bytes) = 0;  // nullptr when out of memory
+    virtual void free(void* ptr) = 0;
+    virtual void copy_host_to_device(void* dst, const void* src, std::size_t bytes) = 0;
+    virtual void copy_device_to_host(void* dst, const void* src, std::size_t bytes) = 0;
+    virtual void copy_device_to_device(void* dst, const void* src, std::size_t bytes) = 0;
+    virtual void memset(void* dst, int byte, std::size_t bytes) = 0;
+    virtual void synchronize() = 0;
+
+    // Kernel launchers: see the kernels/*.h header named beside each group for the math.
+    // elementwise.h
+    virtual void binary_f32(kernels::BinaryOp op, const float* a, kernels::Broadcast sa,
+                            const float* b, kernels::Broadcast sb, float* out, long long n) = 0;
+    virtual void scale_f32(const float* x, float alpha, float* y, long long n) = 0;
+    virtual void gelu_forward_f32(const float* x, float* y, long long n) = 0;
+    virtual void gelu_backward_f32(const float* x, const float* dy, float* dx, long long n) = 0;
+    virtual void dropout_f32(const float* in, float* out, long long n, float p,
+                             unsigned long long seed, unsigned long long offset) = 0;
+    virtual void fill(void* dst, kernels::ScalarType type, double value, long long n) = 0;
+    virtual void cast(const void* src, kernels::ScalarType from, void* dst,
+                      kernels::ScalarType to, long long n) = 0;
+    virtual void random_uniform_f32(float* out, long long n, unsigned long long seed,
+                                    unsigned long long offset) = 0;
+    virtual void random_normal_f32(float* out, long long n, float mean, float stddev,
+                                   unsigned long long seed, unsigned long long offset) = 0;
+    virtual void random_bernoulli_f32(float* out, long long n, float p, unsigned long long seed,
+                                      unsigned long long offset) = 0;
+    // reduce.h
+    virtual void row_sum_f32(const float* x, long long rows, long long cols, float alpha,
+                             float* out) = 0;
+    virtual std::size_t column_sum_workspace_bytes(long long rows, long long cols) = 0;
+    virtual void column_sum_f32(const float* x, long long rows, long long cols, float* out,
+                                void* workspace) = 0;
+    virtual std::size_t total_sum_workspace_bytes(long long n) = 0;
+    virtual void total_sum_f32(const float* x, long long n, float alpha, float* out,
+                               void* workspace) = 0;
+    // softmax.h
+    virtual void softmax_forward_f32(const float* x, long long rows, long long cols,
+                                     long long q_len, float* y) = 0;
+    virtual void softmax_backward_f32(const float* y, const float* dy, long long rows,
+                                      long long cols, float* dx) = 0;
+    virtual void cross_entropy_forward_f32(const float* logits, const int* targets,
+                                           long long rows, long long cols, int ignore_index,
+                                           float* row_lse, float* row_loss, float* loss,
+                                           float* inv_count) = 0;
+    virtual void cross_entropy_backward_f32(const float* logits, const int* targets,
+                                            const float* row_lse, const float* inv_count,
+                                            const float* dloss, long long rows, long long cols,
+                                            int ignore_index, float* dlogits) = 0;
+    // embedding.h
+    virtual void embedding_forward_f32(const float* weight, const int* ids, long long n,
+                                       long long dim, long long vocab, float* out) = 0;
+    virtual std::size_t embedding_backward_workspace_bytes(long long n) = 0;
+    virtual void embedding_backward_f32(const float* dout, const int* ids, long long n,
+                                        long long dim, long long vocab, float* dweight,
+                                        void* workspace) = 0;
+    // layout.h
+    virtual void permute(const void* in, void* out, int element_bytes, long long n,
+                         const kernels::PermuteParams& p) = 0;
+    // matmul.h
+    virtual void set_tf32(bool enabled) = 0;
+    virtual void gemm_f32(bool trans_a, bool trans_b, long long m, long long n, long long k,
+                          float alpha, const float* a, long long stride_a, const float* b,
+                          long long stride_b, float beta, float* c, long long stride_c,
+                          long long batch) = 0;
+};
+
+// The backend, or nullptr when this build has no CUDA or the machine has no device.
+CudaBackend* cuda_backend_or_null();
+// True when CUDA tensors can be made here.
+inline bool cuda_is_available() { return cuda_backend_or_null() != nullptr; }
+// True when fusegrad was compiled with its CUDA kernels (whether or not a device is present).
+bool built_with_cuda();
+// The backend, or an fg::Error naming `op` and why CUDA cannot be used.
+CudaBackend& cuda_backend(const char* op);
+
+}  // namespace fg

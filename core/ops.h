@@ -1,0 +1,71 @@
+// core/ops.h: every differentiable operation fusegrad has. Each family lives in one file under
+// core/ops/ with its forward, its backward and its plain CPU reference; on CUDA tensors it calls a
+// kernel through the seam (cuda_backend.h). CPU ops take f32 or f64; CUDA ops take f32 (the norm
+// kernels add bf16/f16). Shape letters: B batch, T time, C channels, H heads, D head size,
+// V vocabulary, M/N/K matrix sizes.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor.h"
+
+namespace fg {
+
+// ---- elementwise (ops/elementwise.cpp) ------------------------------------------------------
+// a (op) b where the shapes are equal or one is a suffix of the other: a (C) bias broadcasts over
+// a (B, T, C) activation. The result has the longer shape.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, double alpha);  // alpha * x
+// In place, not recorded: dst += src (same shape). For gradient accumulation and optimizers.
+void add_(Tensor& dst, const Tensor& src);
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator*(const Tensor& x, double alpha) { return scale(x, alpha); }
+
+// ---- activations (ops/activation.cpp) --------------------------------------------------------
+Tensor gelu(const Tensor& x);  // exact: x * Phi(x), Phi the standard normal CDF
+// Inverted dropout with probability p, masks from the seeded Philox stream (random.h); identity
+// when p == 0 or when `training` is false.
+Tensor dropout(const Tensor& x, double p, bool training = true);
+
+// ---- reductions (ops/reduce.cpp) -------------------------------------------------------------
+Tensor sum(const Tensor& x);       // all elements -> shape ()
+Tensor mean(const Tensor& x);      // all elements -> shape ()
+Tensor sum_last(const Tensor& x);  // (..., N) -> (...)
+Tensor mean_last(const Tensor& x); // (..., N) -> (...)
+
+// ---- matrix products (ops/matmul.cpp) --------------------------------------------------------
+// op(a) @ op(b) with op = transpose of the last two dims when the flag is set.
+// a (..., M, K) and b (..., K, N) with equal leading dims (batched), or b 2-D, which applies to
+// every leading index of a (a Linear layer: x (B, T, C) @ W^T with W (out, C), trans_b = true).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// Use TF32 tensor cores for f32 CUDA matmuls (faster, about 1e-3 relative error). Default off.
+void set_allow_tf32(bool allowed);
+bool allow_tf32();
+
+// ---- softmax and loss (ops/softmax.cpp) ------------------------------------------------------
+// Softmax over the last dim. causal: x is (..., Tq, Tk) and query i sees keys j <= i + Tk - Tq.
+Tensor softmax(const Tensor& x, bool causal = false);
+// Mean over rows of -log softmax(logits)[target]: logits (..., V), targets i32 (...). Rows whose
+// target is ignore_index are left out of the mean.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -1);
+
+// ---- embedding (ops/embedding.cpp) ----------------------------------------------------------
+// weight (V, C), ids i32 of any shape S -> S + (C). Deterministic backward.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// ---- layout and conversion (ops/layout.cpp) -------------------------------------------------
+Tensor reshape(const Tensor& x, const Shape& shape);  // view; one dim may be -1
+Tensor slice(const Tensor& x, std::int64_t start, std::int64_t end);  // view of rows of dim 0
+Tensor permute(const Tensor& x, const std::vector<int>& order);  // new contiguous tensor
+Tensor transpose(const Tensor& x, int dim0, int dim1);           // permute swapping two dims
+Tensor cast(const Tensor& x, DType dtype);
+Tensor to_device(const Tensor& x, Device device);
+// Heads of attention: (B, T, H*D) -> (B, H, T, D) and back.
+Tensor split_heads(const Tensor& x, std::int64_t heads);
+Tensor merge_heads(const Tensor& x);
+
+}  // namespace fg

@@ -1,0 +1,110 @@
+// core/ops/activation.cpp: GELU (exact) and dropout.
+//   gelu:    y = x * Phi(x),   dx = g * (Phi(x) + x * phi(x))
+//            Phi(x) = (1 + erf(x / sqrt 2)) / 2,  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+//   dropout: y = m * x / (1 - p), dx = m * g / (1 - p), m_i = [uniform(seed, offset + i) >= p]
+// Dropout saves no mask: the backward regenerates it from the same (seed, offset).
+#include <cmath>
+
+#include "../random.h"
+#include "kernels/philox.h"
+#include "op_utils.h"
+
+namespace fg {
+namespace {
+
+using namespace ops_detail;
+
+template <typename T>
+void gelu_forward_cpu(const T* x, T* y, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+        y[i] = static_cast<T>(0.5) * x[i] * (1 + std::erf(x[i] / std::sqrt(static_cast<T>(2))));
+}
+
+template <typename T>
+void gelu_backward_cpu(const T* x, const T* g, T* dx, std::int64_t n) {
+    const T inv_sqrt_2pi = static_cast<T>(0.39894228040143267794);
+    for (std::int64_t i = 0; i < n; ++i) {
+        T cdf = static_cast<T>(0.5) * (1 + std::erf(x[i] / std::sqrt(static_cast<T>(2))));
+        T pdf = inv_sqrt_2pi * std::exp(static_cast<T>(-0.5) * x[i] * x[i]);
+        dx[i] = g[i] * (cdf + x[i] * pdf);
+    }
+}
+
+Tensor gelu_backward(const Tensor& x, const Tensor& g) {
+    Tensor dx = empty_like(x);
+    std::int64_t n = x.numel();
+    if (x.is_cuda()) {
+        cuda_backend("gelu").gelu_backward_f32(x.data<float>(), g.data<float>(), dx.data<float>(), n);
+    } else {
+        dispatch_float(x.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            gelu_backward_cpu<T>(static_cast<const T*>(x.raw_data()),
+                                 static_cast<const T*>(g.raw_data()),
+                                 static_cast<T*>(dx.raw_data()), n);
+        });
+    }
+    return dx;
+}
+
+template <typename T>
+void dropout_cpu(const T* in, T* out, std::int64_t n, float p, std::uint64_t seed,
+                 std::uint64_t offset) {
+    // The same float scale as the kernel, so f32 results match the GPU bit for bit.
+    const T scale = static_cast<T>(1.0f / (1.0f - p));
+    for (std::int64_t i = 0; i < n; ++i)
+        out[i] = philox::keep(seed, offset + i, p) ? in[i] * scale : T(0);
+}
+
+Tensor dropout_apply(const Tensor& in, float p, std::uint64_t seed, std::uint64_t offset) {
+    Tensor out = empty_like(in);
+    std::int64_t n = in.numel();
+    if (in.is_cuda()) {
+        cuda_backend("dropout").dropout_f32(in.data<float>(), out.data<float>(), n, p, seed, offset);
+    } else {
+        dispatch_float(in.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            dropout_cpu<T>(static_cast<const T*>(in.raw_data()), static_cast<T*>(out.raw_data()),
+                           n, p, seed, offset);
+        });
+    }
+    return out;
+}
+
+}  // namespace
+
+Tensor gelu(const Tensor& x) {
+    check_defined("gelu", x, "input");
+    check_arithmetic_dtype("gelu", x);
+    Tensor y = empty_like(x);
+    std::int64_t n = x.numel();
+    if (x.is_cuda()) {
+        cuda_backend("gelu").gelu_forward_f32(x.data<float>(), y.data<float>(), n);
+    } else {
+        dispatch_float(x.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            gelu_forward_cpu<T>(static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()),
+                                n);
+        });
+    }
+    Tensor saved = x.detach();
+    return record("gelu", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {
+        return {gelu_backward(saved, g)};
+    });
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+    check_defined("dropout", x, "input");
+    check_arithmetic_dtype("dropout", x);
+    FG_CHECK(p >= 0.0 && p < 1.0, "dropout", "p must be in [0, 1), got ", p);
+    if (!training || p == 0.0) return x;
+    Generator& gen = default_generator();
+    std::uint64_t seed = gen.seed();
+    std::uint64_t offset = gen.advance(static_cast<std::uint64_t>(x.numel()));
+    float pf = static_cast<float>(p);
+    Tensor y = dropout_apply(x, pf, seed, offset);
+    return record("dropout", {x}, y, [pf, seed, offset](const Tensor& g) -> std::vector<Tensor> {
+        return {dropout_apply(g, pf, seed, offset)};
+    });
+}
+
+}  // namespace fg

@@ -1,0 +1,219 @@
+// core/ops/elementwise.cpp: add, sub, mul with broadcasting, scale, and in-place accumulation.
+//   y = a + b:  da = sum_to(g, a.shape),      db = sum_to(g, b.shape)
+//   y = a - b:  da = sum_to(g, a.shape),      db = -sum_to(g, b.shape)
+//   y = a * b:  da = sum_to(g * b, a.shape),  db = sum_to(g * a, b.shape)
+//   y = alpha x: dx = alpha g
+// Broadcasting: shapes right-aligned, NumPy rules; the smaller operand's non-1 dims must be one
+// contiguous block of the output's (bias (C) over (B, T, C); row statistic (R, 1) over (R, C)).
+#include <algorithm>
+
+#include "op_utils.h"
+
+namespace fg {
+namespace ops_detail {
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+    std::size_t n = std::max(a.size(), b.size());
+    Shape out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+        std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+        FG_CHECK(da == db || da == 1 || db == 1, op, "shapes ", shape_str(a), " and ",
+                 shape_str(b), " do not broadcast (dim ", i, ": ", da, " vs ", db, ")");
+        out[i] = std::max(da, db);
+    }
+    broadcast_layout(op, a, out);
+    broadcast_layout(op, b, out);
+    return out;
+}
+
+BroadcastLayout broadcast_layout(const char* op, const Shape& in, const Shape& out) {
+    std::size_t n = out.size(), pad = n - in.size();
+    auto dim_of = [&](std::size_t i) { return i < pad ? std::int64_t{1} : in[i - pad]; };
+    // The block: from the first to the last dim where in matches a non-1 out dim.
+    std::size_t first = n, last = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (out[i] != 1 && dim_of(i) == out[i]) {
+            first = std::min(first, i);
+            last = i;
+        }
+    }
+    BroadcastLayout layout;
+    if (first == n) {  // nothing but broadcast dims: a scalar-like operand
+        layout.count = 1;
+        layout.inner = 1;
+        layout.outer = shape_numel(out);
+        return layout;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        bool inside = i >= first && i <= last;
+        FG_CHECK(!inside || dim_of(i) == out[i], op, "broadcasting ", shape_str(in), " to ",
+                 shape_str(out), " needs its non-1 dims to be one block; dim ", i,
+                 " breaks it (make the operand contiguous in that layout first)");
+        if (i < first) layout.outer *= out[i];
+        else if (i > last) layout.inner *= out[i];
+        else layout.count *= out[i];
+    }
+    return layout;
+}
+
+Tensor sum_to(const Tensor& g, const Shape& to) {
+    if (g.shape() == to) return g;
+    BroadcastLayout l = broadcast_layout("sum_to", to, g.shape());
+    // g viewed as (outer, count, inner): sum the inner dim, then the outer one.
+    Tensor x = g;
+    if (l.inner > 1) x = sum_last(x.reshape({l.outer * l.count, l.inner}));
+    x = x.reshape({l.outer, l.count});
+    if (l.outer > 1) {
+        Tensor out = Tensor::empty({l.count}, x.dtype(), x.device());
+        if (x.is_cuda()) {
+            CudaBackend& cuda = cuda_backend("sum_to");
+            Tensor ws = scratch_bytes(x.device(), cuda.column_sum_workspace_bytes(l.outer, l.count));
+            cuda.column_sum_f32(x.data<float>(), l.outer, l.count, out.data<float>(),
+                                ws.raw_data());
+        } else {
+            dispatch_float(x.dtype(), [&](auto tag) {
+                using T = decltype(tag);
+                const T* src = static_cast<const T*>(x.raw_data());
+                T* dst = static_cast<T*>(out.raw_data());
+                for (std::int64_t c = 0; c < l.count; ++c) dst[c] = 0;
+                for (std::int64_t r = 0; r < l.outer; ++r)
+                    for (std::int64_t c = 0; c < l.count; ++c) dst[c] += src[r * l.count + c];
+            });
+        }
+        x = out;
+    }
+    return x.reshape(to);
+}
+
+}  // namespace ops_detail
+
+namespace {
+
+using namespace ops_detail;
+using kernels::BinaryOp;
+
+template <typename T>
+void binary_forward_cpu(BinaryOp op, const T* a, BroadcastLayout la, const T* b,
+                        BroadcastLayout lb, T* out, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+        T x = a[la.count == n ? i : (i / la.inner) % la.count];
+        T y = b[lb.count == n ? i : (i / lb.inner) % lb.count];
+        out[i] = op == BinaryOp::add ? x + y : op == BinaryOp::sub ? x - y : x * y;
+    }
+}
+
+// out = a (op) b on already-checked inputs, a and b broadcast to out's shape; not recorded.
+void binary_into(const char* op_name, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+    BroadcastLayout la = broadcast_layout(op_name, a.shape(), out.shape());
+    BroadcastLayout lb = broadcast_layout(op_name, b.shape(), out.shape());
+    std::int64_t n = out.numel();
+    if (a.is_cuda()) {
+        cuda_backend(op_name).binary_f32(op, a.data<float>(), {la.count, la.inner},
+                                         b.data<float>(), {lb.count, lb.inner},
+                                         out.data<float>(), n);
+    } else {
+        dispatch_float(a.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            binary_forward_cpu<T>(op, static_cast<const T*>(a.raw_data()), la,
+                                  static_cast<const T*>(b.raw_data()), lb,
+                                  static_cast<T*>(out.raw_data()), n);
+        });
+    }
+}
+
+Tensor binary_raw(const char* op_name, BinaryOp op, const Tensor& a, const Tensor& b) {
+    Tensor out = Tensor::empty(broadcast_shapes(op_name, a.shape(), b.shape()), a.dtype(),
+                               a.device());
+    binary_into(op_name, op, a, b, out);
+    return out;
+}
+
+void check_binary(const char* op, const Tensor& a, const Tensor& b) {
+    check_defined(op, a, "first input");
+    check_defined(op, b, "second input");
+    check_same_device(op, a, b);
+    check_same_dtype(op, a, b);
+    check_arithmetic_dtype(op, a);
+}
+
+}  // namespace
+
+namespace ops_detail {
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+    if (x.shape() == shape) return x;
+    Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+    binary_into("broadcast_to", BinaryOp::add, x, Tensor::zeros({}, x.dtype(), x.device()), out);
+    return out;
+}
+}  // namespace ops_detail
+
+Tensor add(const Tensor& a, const Tensor& b) {
+    check_binary("add", a, b);
+    Tensor out = binary_raw("add", BinaryOp::add, a, b);
+    Shape sa = a.shape(), sb = b.shape();
+    return record("add", {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
+        return {sum_to(g, sa), sum_to(g, sb)};
+    });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+    check_binary("sub", a, b);
+    Tensor out = binary_raw("sub", BinaryOp::sub, a, b);
+    Shape sa = a.shape(), sb = b.shape();
+    return record("sub", {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
+        return {sum_to(g, sa), scale(sum_to(g, sb), -1.0)};
+    });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+    check_binary("mul", a, b);
+    Tensor out = binary_raw("mul", BinaryOp::mul, a, b);
+    Tensor sa = a.detach(), sb = b.detach();
+    return record("mul", {a, b}, out, [sa, sb](const Tensor& g) -> std::vector<Tensor> {
+        return {sum_to(binary_raw("mul", BinaryOp::mul, g, sb), sa.shape()),
+                sum_to(binary_raw("mul", BinaryOp::mul, g, sa), sb.shape())};
+    });
+}
+
+Tensor scale(const Tensor& x, double alpha) {
+    check_defined("scale", x, "input");
+    check_arithmetic_dtype("scale", x);
+    Tensor out = empty_like(x);
+    std::int64_t n = x.numel();
+    if (x.is_cuda()) {
+        cuda_backend("scale").scale_f32(x.data<float>(), static_cast<float>(alpha),
+                                        out.data<float>(), n);
+    } else {
+        dispatch_float(x.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            const T* src = static_cast<const T*>(x.raw_data());
+            T* dst = static_cast<T*>(out.raw_data());
+            T a = static_cast<T>(alpha);
+            for (std::int64_t i = 0; i < n; ++i) dst[i] = a * src[i];
+        });
+    }
+    return record("scale", {x}, out, [alpha](const Tensor& g) -> std::vector<Tensor> {
+        return {scale(g, alpha)};
+    });
+}
+
+void add_(Tensor& dst, const Tensor& src) {
+    check_binary("add_", dst, src);
+    FG_CHECK(dst.shape() == src.shape(), "add_", "shapes differ: ", shape_str(dst.shape()),
+             " += ", shape_str(src.shape()));
+    std::int64_t n = dst.numel();
+    if (dst.is_cuda()) {
+        cuda_backend("add_").binary_f32(BinaryOp::add, dst.data<float>(), {n, 1},
+                                        src.data<float>(), {n, 1}, dst.data<float>(), n);
+    } else {
+        dispatch_float(dst.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            T* d = static_cast<T*>(dst.raw_data());
+            const T* s = static_cast<const T*>(src.raw_data());
+            for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
+        });
+    }
+}
+
+}  // namespace fg

@@ -1,0 +1,127 @@
+// core/ops/matmul.cpp: C = op(A) @ op(B), batched, with op the transpose of the last two dims
+// when asked. cuBLAS on the GPU (kernels/matmul.cu holds the row-major note), CBLAS (OpenBLAS) on
+// the CPU; no hand-written GEMM.
+// Backward, for C = op(A) op(B) and upstream G:
+//   d op(A) = G op(B)^T,  d op(B) = op(A)^T G, and transposing back where op was a transpose:
+//   dA = G op(B)^T  (or op(B) G^T when trans_a);   dB = op(A)^T G  (or G^T op(A) when trans_b)
+// When B is 2-D and A batched (a Linear layer), dB sums over the batch: one GEMM on A flattened.
+#include <cblas.h>
+
+#include "op_utils.h"
+
+namespace fg {
+namespace {
+
+using namespace ops_detail;
+
+bool g_allow_tf32 = false;
+
+struct GemmShape {
+    std::int64_t batch, m, n, k;
+    std::int64_t stride_a, stride_b;  // 0 for an operand shared by every batch entry
+    Shape out_shape;
+};
+
+GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+    const char* op = "matmul";
+    FG_CHECK(a.dim() >= 2 && b.dim() >= 2, op, "inputs need at least 2 dims, got ",
+             shape_str(a.shape()), " and ", shape_str(b.shape()));
+    GemmShape s;
+    std::int64_t a_rows = a.size(-2), a_cols = a.size(-1);
+    std::int64_t b_rows = b.size(-2), b_cols = b.size(-1);
+    s.m = ta ? a_cols : a_rows;
+    s.k = ta ? a_rows : a_cols;
+    std::int64_t kb = tb ? b_cols : b_rows;
+    s.n = tb ? b_rows : b_cols;
+    FG_CHECK(s.k == kb, op, "inner dimensions differ: ", shape_str(a.shape()),
+             (ta ? "^T" : ""), " @ ", shape_str(b.shape()), (tb ? "^T" : ""), " (", s.k, " vs ",
+             kb, ")");
+    Shape lead_a(a.shape().begin(), a.shape().end() - 2);
+    Shape lead_b(b.shape().begin(), b.shape().end() - 2);
+    if (b.dim() == 2 && a.dim() > 2 && !ta) {
+        // Shared B: fold A's leading dims into M (one GEMM).
+        s.batch = 1;
+        s.m = shape_numel(lead_a) * a_rows;
+        s.stride_a = s.stride_b = 0;
+    } else {
+        FG_CHECK(lead_a == lead_b, op, "batch dimensions differ: ", shape_str(a.shape()), " and ",
+                 shape_str(b.shape()));
+        s.batch = shape_numel(lead_a);
+        s.stride_a = a_rows * a_cols;
+        s.stride_b = b_rows * b_cols;
+    }
+    s.out_shape = lead_a;
+    s.out_shape.push_back(ta ? a_cols : a_rows);
+    s.out_shape.push_back(s.n);
+    return s;
+}
+
+template <typename T>
+void gemm_cpu(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+              const T* b, T* c) {
+    CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+    int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+    if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a, lda, b, ldb, 0.0f, c,
+                    (int)n);
+    else
+        cblas_dgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0, a, lda, b, ldb, 0.0, c,
+                    (int)n);
+}
+
+// op(a) @ op(b), not recorded.
+Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+    GemmShape s = gemm_shape(a, b, ta, tb);
+    Tensor c = Tensor::empty(s.out_shape, a.dtype(), a.device());
+    if (s.k == 0) {  // empty inner dimension: the sum of nothing
+        return Tensor::zeros(s.out_shape, a.dtype(), a.device());
+    }
+    if (a.is_cuda()) {
+        CudaBackend& cuda = cuda_backend("matmul");
+        cuda.set_tf32(g_allow_tf32);
+        cuda.gemm_f32(ta, tb, s.m, s.n, s.k, 1.0f, a.data<float>(), s.stride_a, b.data<float>(),
+                      s.stride_b, 0.0f, c.data<float>(), s.m * s.n, s.batch);
+    } else {
+        dispatch_float(a.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            const T* pa = static_cast<const T*>(a.raw_data());
+            const T* pb = static_cast<const T*>(b.raw_data());
+            T* pc = static_cast<T*>(c.raw_data());
+            for (std::int64_t i = 0; i < s.batch; ++i)
+                gemm_cpu<T>(ta, tb, s.m, s.n, s.k, pa + i * s.stride_a, pb + i * s.stride_b,
+                            pc + i * s.m * s.n);
+        });
+    }
+    return c;
+}
+
+}  // namespace
+
+void set_allow_tf32(bool allowed) { g_allow_tf32 = allowed; }
+bool allow_tf32() { return g_allow_tf32; }
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+    check_defined("matmul", a, "first input");
+    check_defined("matmul", b, "second input");
+    check_same_device("matmul", a, b);
+    check_same_dtype("matmul", a, b);
+    check_arithmetic_dtype("matmul", a);
+    Tensor c = gemm(a, b, ta, tb);
+    Tensor sa = a.detach(), sb = b.detach();
+    return record("matmul", {a, b}, c, [sa, sb, ta, tb](const Tensor& g) -> std::vector<Tensor> {
+        bool shared_b = sb.dim() == 2 && sa.dim() > 2;
+        Tensor da = ta ? gemm(sb, g, tb, true) : gemm(g, sb, false, !tb);
+        Tensor db;
+        if (shared_b) {
+            // Fold the batch into the rows: A (P, K), G (P, N) with P = batch * M.
+            Tensor a2 = sa.reshape({-1, sa.size(-1)});
+            Tensor g2 = g.reshape({-1, g.size(-1)});
+            db = tb ? gemm(g2, a2, true, false) : gemm(a2, g2, true, false);
+        } else {
+            db = tb ? gemm(g, sa, true, ta) : gemm(sa, g, !ta, false);
+        }
+        return {da.reshape(sa.shape()), db.reshape(sb.shape())};
+    });
+}
+
+}  // namespace fg

@@ -1,0 +1,86 @@
+// core/ops/reduce.cpp: sum and mean over everything or over the last dim.
+//   s = sum_i x_i:          dx_i = g              (g broadcast back to x's shape)
+//   s_r = sum_c x[r, c]:    dx[r, c] = g_r
+// Means scale by 1/N both ways. CPU references accumulate in double for f32 inputs.
+#include "op_utils.h"
+
+namespace fg {
+namespace {
+
+using namespace ops_detail;
+
+template <typename T>
+void row_sum_cpu(const T* x, std::int64_t rows, std::int64_t cols, double alpha, T* out) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        double acc = 0.0;
+        for (std::int64_t c = 0; c < cols; ++c) acc += x[r * cols + c];
+        out[r] = static_cast<T>(alpha * acc);
+    }
+}
+
+// (rows, cols) -> (rows): alpha * row sums. Not recorded.
+Tensor row_sum(const Tensor& x, std::int64_t rows, std::int64_t cols, double alpha,
+               const Shape& out_shape) {
+    Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+    if (x.is_cuda()) {
+        if (cols == 0) {
+            cuda_backend("sum").memset(out.raw_data(), 0, out.nbytes());
+        } else if (rows == 1) {  // one long row: the two-stage total sum is far wider
+            CudaBackend& cuda = cuda_backend("sum");
+            Tensor ws = scratch_bytes(x.device(), cuda.total_sum_workspace_bytes(cols));
+            cuda.total_sum_f32(x.data<float>(), cols, static_cast<float>(alpha), out.data<float>(),
+                               ws.raw_data());
+        } else {
+            cuda_backend("sum").row_sum_f32(x.data<float>(), rows, cols, static_cast<float>(alpha),
+                                            out.data<float>());
+        }
+    } else {
+        dispatch_float(x.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            row_sum_cpu<T>(static_cast<const T*>(x.raw_data()), rows, cols, alpha,
+                           static_cast<T*>(out.raw_data()));
+        });
+    }
+    return out;
+}
+
+Tensor reduce_all(const char* op, const Tensor& x, bool is_mean) {
+    check_defined(op, x, "input");
+    check_arithmetic_dtype(op, x);
+    std::int64_t n = x.numel();
+    double alpha = is_mean ? (n > 0 ? 1.0 / n : 0.0) : 1.0;
+    FG_CHECK(!is_mean || n > 0, op, "mean of an empty tensor");
+    Tensor out = row_sum(x, 1, n, alpha, {});
+    Shape shape = x.shape();
+    return record(op, {x}, out, [shape, alpha](const Tensor& g) -> std::vector<Tensor> {
+        return {broadcast_to(scale(g, alpha), shape)};
+    });
+}
+
+Tensor reduce_last(const char* op, const Tensor& x, bool is_mean) {
+    check_defined(op, x, "input");
+    check_arithmetic_dtype(op, x);
+    FG_CHECK(x.dim() >= 1, op, "needs at least one dimension, got a scalar");
+    std::int64_t cols = x.size(-1);
+    std::int64_t rows = cols > 0 ? x.numel() / cols : shape_numel(Shape(x.shape().begin(),
+                                                                        x.shape().end() - 1));
+    FG_CHECK(!is_mean || cols > 0, op, "mean over an empty last dimension");
+    double alpha = is_mean ? 1.0 / cols : 1.0;
+    Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+    Tensor out = row_sum(x, rows, cols, alpha, out_shape);
+    Shape shape = x.shape();
+    return record(op, {x}, out, [shape, alpha, rows](const Tensor& g) -> std::vector<Tensor> {
+        // g (rows) -> (rows, 1) broadcast over the last dim.
+        return {broadcast_to(scale(g, alpha).reshape({rows, 1}), {rows, shape.back()})
+                    .reshape(shape)};
+    });
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return reduce_all("sum", x, false); }
+Tensor mean(const Tensor& x) { return reduce_all("mean", x, true); }
+Tensor sum_last(const Tensor& x) { return reduce_last("sum_last", x, false); }
+Tensor mean_last(const Tensor& x) { return reduce_last("mean_last", x, true); }
+
+}  // namespace fg

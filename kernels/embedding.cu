@@ -1,0 +1,93 @@
+// kernels/embedding.cu: see embedding.h. Workspace layout for the backward, in order:
+// sorted ids (n ints), positions (n ints), sorted positions (n ints), CUB's temporary storage.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "device_error.cuh"
+#include "embedding.h"
+#include "runtime.h"
+
+namespace fg::kernels {
+namespace {
+
+__global__ void embedding_forward_kernel(const float* weight, const int* ids, long long dim,
+                                         long long vocab, float* out, DeviceErrorRecord* err) {
+    long long row = blockIdx.x;
+    int id = ids[row];
+    float* dst = out + row * dim;
+    if (id < 0 || id >= vocab) {
+        if (threadIdx.x == 0) report_device_error(err, DeviceErrorCode::embedding_index, id, vocab);
+        for (long long c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const float* src = weight + (long long)id * dim;
+    for (long long c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = src[c];
+}
+
+__global__ void iota_kernel(int* out, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        out[i] = (int)i;
+}
+
+// Block s owns sorted slot s if it starts a run of equal ids; it sums that run's rows in order.
+__global__ void embedding_backward_kernel(const float* dout, const int* sorted_ids,
+                                          const int* sorted_pos, long long n, long long dim,
+                                          long long vocab, float* dweight) {
+    long long s = blockIdx.x;
+    int id = sorted_ids[s];
+    if ((s > 0 && sorted_ids[s - 1] == id) || id < 0 || id >= vocab) return;
+    long long end = s + 1;
+    while (end < n && sorted_ids[end] == id) ++end;
+    for (long long c = threadIdx.x; c < dim; c += blockDim.x) {
+        float acc = 0.0f;
+        for (long long k = s; k < end; ++k) acc += dout[(long long)sorted_pos[k] * dim + c];
+        dweight[(long long)id * dim + c] = acc;
+    }
+}
+
+int threads_for(long long dim) { return dim >= 128 ? 128 : 32; }
+
+std::size_t cub_temp_bytes(long long n) {
+    std::size_t bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int*)nullptr, (int*)nullptr,
+                                    (const int*)nullptr, (int*)nullptr, (int)n);
+    return bytes;
+}
+
+std::size_t round_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+void embedding_forward_f32(const float* weight, const int* ids, long long n, long long dim,
+                           long long vocab, float* out) {
+    if (n == 0 || dim == 0) return;
+    embedding_forward_kernel<<<(unsigned)n, threads_for(dim), 0, stream()>>>(
+        weight, ids, dim, vocab, out, device_error_record());
+    FG_LAUNCH_CHECK();
+}
+
+std::size_t embedding_backward_workspace_bytes(long long n) {
+    return 3 * round_up(sizeof(int) * (std::size_t)n) + round_up(cub_temp_bytes(n));
+}
+
+void embedding_backward_f32(const float* dout, const int* ids, long long n, long long dim,
+                            long long vocab, float* dweight, void* workspace) {
+    memset_device(dweight, 0, sizeof(float) * (std::size_t)(vocab * dim));  // unused rows are 0
+    if (n == 0 || dim == 0) return;
+    char* base = static_cast<char*>(workspace);
+    std::size_t ints = round_up(sizeof(int) * (std::size_t)n);
+    int* sorted_ids = reinterpret_cast<int*>(base);
+    int* positions = reinterpret_cast<int*>(base + ints);
+    int* sorted_pos = reinterpret_cast<int*>(base + 2 * ints);
+    void* temp = base + 3 * ints;
+    std::size_t temp_bytes = cub_temp_bytes(n);
+    iota_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(positions, n);
+    FG_LAUNCH_CHECK();
+    FG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, positions,
+                                                  sorted_pos, (int)n, 0, 32, stream()));
+    embedding_backward_kernel<<<(unsigned)n, threads_for(dim), 0, stream()>>>(
+        dout, sorted_ids, sorted_pos, n, dim, vocab, dweight);
+    FG_LAUNCH_CHECK();
+}
+
+}  // namespace fg::kernels

@@ -1,0 +1,20 @@
+// kernels/embedding.h: embedding lookup, f32 weight (V, C), int32 ids (N).
+//   forward:  out[n, c] = weight[ids[n], c]
+//   backward: dweight[v, c] = sum over n with ids[n] == v of dout[n, c]
+// The backward is deterministic: ids are sorted (stable radix sort, CUB) with their positions, and
+// each distinct id's rows are added by one block in ascending position order. No atomics.
+// An id outside [0, V) is reported through the device error word and its output row is NaN.
+#pragma once
+
+#include <cstddef>
+
+namespace fg::kernels {
+
+void embedding_forward_f32(const float* weight, const int* ids, long long n, long long dim,
+                           long long vocab, float* out);
+
+std::size_t embedding_backward_workspace_bytes(long long n);
+void embedding_backward_f32(const float* dout, const int* ids, long long n, long long dim,
+                            long long vocab, float* dweight, void* workspace);
+
+}  // namespace fg::kernels

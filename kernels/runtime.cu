@@ -1,0 +1,123 @@
+// kernels/runtime.cu: implementation of runtime.h (error text, the stream, memory, device error
+// word). Nothing here launches a compute kernel.
+#include <cublas_v2.h>
+
+#include <sstream>
+
+#include "device_error.cuh"
+#include "runtime.h"
+
+namespace fg::kernels {
+
+namespace detail {
+void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
+    std::ostringstream msg;
+    msg << "[cuda] " << expr << " failed at " << file << ":" << line << ": "
+        << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ")";
+    throw CudaError(msg.str());
+}
+void throw_cublas_error(int status, const char* expr, const char* file, int line) {
+    std::ostringstream msg;
+    msg << "[cublas] " << expr << " failed at " << file << ":" << line << ": "
+        << cublasGetStatusName(static_cast<cublasStatus_t>(status)) << " ("
+        << cublasGetStatusString(static_cast<cublasStatus_t>(status)) << ")";
+    throw CudaError(msg.str());
+}
+}  // namespace detail
+
+bool cuda_available() {
+    static const bool available = [] {
+        int count = 0;
+        if (cudaGetDeviceCount(&count) != cudaSuccess) {
+            cudaGetLastError();  // clear the sticky "no driver" error
+            return false;
+        }
+        return count > 0;
+    }();
+    return available;
+}
+
+const DeviceInfo& device_info() {
+    static const DeviceInfo info = [] {
+        DeviceInfo d;
+        cudaDeviceProp prop{};
+        FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        d.name = prop.name;
+        d.sm_count = prop.multiProcessorCount;
+        d.l2_bytes = prop.l2CacheSize;
+        d.total_bytes = prop.totalGlobalMem;
+        d.major = prop.major;
+        d.minor = prop.minor;
+        return d;
+    }();
+    return info;
+}
+
+cudaStream_t stream() {
+    static cudaStream_t s = [] {
+        cudaStream_t created = nullptr;
+        FG_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+        return created;
+    }();
+    return s;
+}
+
+void synchronize() { FG_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+void* device_malloc(std::size_t bytes) {
+    void* ptr = nullptr;
+    cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    FG_CUDA_CHECK(err);
+    return ptr;
+}
+
+void device_free(void* ptr) {
+    // Called from destructors: never throw. A failure here means the context is already broken.
+    if (ptr) cudaFree(ptr);
+}
+
+void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    FG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+    // The host buffer may be freed as soon as we return: wait for the pageable copy to finish.
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void copy_device_to_host(void* dst, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    FG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void copy_device_to_device(void* dst, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    FG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void memset_device(void* dst, int byte, std::size_t bytes) {
+    if (bytes == 0) return;
+    FG_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream()));
+}
+
+DeviceErrorRecord* device_error_record() {
+    static DeviceErrorRecord* record = [] {
+        void* ptr = nullptr;
+        FG_CUDA_CHECK(cudaMalloc(&ptr, sizeof(DeviceErrorRecord)));
+        FG_CUDA_CHECK(cudaMemsetAsync(ptr, 0, sizeof(DeviceErrorRecord), stream()));
+        return static_cast<DeviceErrorRecord*>(ptr);
+    }();
+    return record;
+}
+
+DeviceErrorRecord take_device_error() {
+    DeviceErrorRecord record{};
+    copy_device_to_host(&record, device_error_record(), sizeof(record));
+    if (record.code != 0) memset_device(device_error_record(), 0, sizeof(record));
+    return record;
+}
+
+}  // namespace fg::kernels

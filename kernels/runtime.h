@@ -1,0 +1,77 @@
+// kernels/runtime.h: the CUDA runtime as fusegrad uses it. Error checking (every CUDA and cuBLAS
+// call, every launch), the one stream all work is queued on, raw device memory, copies, device
+// properties, and the device-side error word through which kernels report bad input (an
+// out-of-range token id) without a host synchronisation. No Tensor here: pointers and sizes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace fg {
+
+// Thrown for any failed CUDA or cuBLAS call; the message names the expression, file:line and the
+// library's own error text.
+struct CudaError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+namespace kernels {
+namespace detail {
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
+[[noreturn]] void throw_cublas_error(int status, const char* expr, const char* file, int line);
+}  // namespace detail
+
+#define FG_CUDA_CHECK(expr)                                                            \
+    do {                                                                               \
+        cudaError_t fg_err_ = (expr);                                                  \
+        if (fg_err_ != cudaSuccess)                                                    \
+            ::fg::kernels::detail::throw_cuda_error(fg_err_, #expr, __FILE__, __LINE__); \
+    } while (0)
+
+// After every <<<...>>>: catches bad launch configurations at the launch site.
+#define FG_LAUNCH_CHECK() FG_CUDA_CHECK(cudaGetLastError())
+
+// True when a CUDA device can be used; never throws (a machine without a driver says false).
+bool cuda_available();
+
+struct DeviceInfo {
+    std::string name;
+    int sm_count = 0;
+    int l2_bytes = 0;
+    std::size_t total_bytes = 0;
+    int major = 0, minor = 0;
+};
+const DeviceInfo& device_info();
+
+// The stream every fusegrad kernel, copy and cuBLAS call is queued on. One stream means the
+// caching allocator can reuse a freed block at once: later work is ordered after earlier work.
+cudaStream_t stream();
+void synchronize();
+
+void* device_malloc(std::size_t bytes);  // nullptr when the device is out of memory
+void device_free(void* ptr);
+void copy_host_to_device(void* dst, const void* src, std::size_t bytes);
+void copy_device_to_host(void* dst, const void* src, std::size_t bytes);  // synchronises
+void copy_device_to_device(void* dst, const void* src, std::size_t bytes);
+void memset_device(void* dst, int byte, std::size_t bytes);
+
+// Kernels that find bad input (an index out of range) record the first such event here instead of
+// trapping; the host reads it at its next synchronisation and throws with the op's name.
+enum class DeviceErrorCode : int { none = 0, embedding_index = 1, cross_entropy_target = 2 };
+struct DeviceErrorRecord {
+    int code;
+    int padding;
+    long long value;  // the offending index
+    long long bound;  // the exclusive upper bound it broke
+};
+// The record in device memory, zeroed when first created; kernels take this pointer.
+DeviceErrorRecord* device_error_record();
+// Reads and clears the record (one small copy); called after synchronisations.
+DeviceErrorRecord take_device_error();
+
+}  // namespace kernels
+}  // namespace fg

@@ -1,0 +1,85 @@
+// train/main.cpp: the `fusegrad` command. The only place that catches exceptions: it prints
+// "error: ..." and exits non-zero. Subcommands: demo, info.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "demo.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: fusegrad <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  demo [--device auto|cpu|cuda] [--steps N] [--seed S]\n"
+    "        train a small MLP with fusegrad's autograd (a tour of the core)\n"
+    "  info  print the build and the devices fusegrad can use\n";
+
+fg::Device parse_device(const std::string& value) {
+    if (value == "cpu") return fg::Device::cpu;
+    if (value == "cuda") {
+        fg::cuda_backend("--device cuda");  // a clear error when there is no GPU
+        return fg::Device::cuda;
+    }
+    if (value == "auto") return fg::cuda_is_available() ? fg::Device::cuda : fg::Device::cpu;
+    fg::fail("cli", "--device must be auto, cpu or cuda, got '", value, "'");
+}
+
+long parse_int(const std::string& flag, const std::string& value, long low) {
+    char* end = nullptr;
+    long v = std::strtol(value.c_str(), &end, 10);
+    FG_CHECK(end && *end == '\0' && !value.empty() && v >= low, "cli", flag,
+             " needs an integer >= ", low, ", got '", value, "'");
+    return v;
+}
+
+int run(const std::vector<std::string>& args) {
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+        std::fputs(kUsage, stdout);
+        return args.empty() ? 2 : 0;
+    }
+    const std::string& command = args[0];
+    if (command == "info") {
+        std::printf("fusegrad 0.1.0, built %s CUDA\n", fg::built_with_cuda() ? "with" : "without");
+        if (fg::cuda_is_available()) {
+            fg::CudaDeviceInfo d = fg::cuda_backend("info").device_info();
+            std::printf("cuda device: %s, %d SMs, %.1f GiB\n", d.name.c_str(), d.sm_count,
+                        d.total_bytes / (1024.0 * 1024 * 1024));
+        } else {
+            std::printf("cuda device: none\n");
+        }
+        return 0;
+    }
+    if (command == "demo") {
+        fg::DemoOptions opt;
+        opt.device = parse_device("auto");
+        for (std::size_t i = 1; i < args.size(); ++i) {
+            FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
+            const std::string& flag = args[i];
+            const std::string& value = args[++i];
+            if (flag == "--device") opt.device = parse_device(value);
+            else if (flag == "--steps") opt.steps = static_cast<int>(parse_int(flag, value, 1));
+            else if (flag == "--seed") opt.seed = static_cast<std::uint64_t>(parse_int(flag, value, 0));
+            else fg::fail("cli", "unknown option '", flag, "' for demo");
+        }
+        fg::run_demo(opt);
+        return 0;
+    }
+    fg::fail("cli", "unknown command '", command, "' (try fusegrad --help)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(std::vector<std::string>(argv + 1, argv + argc));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
