@@ -1,0 +1,323 @@
+// tests/gpu/test_gpu_ops.cpp: every CUDA op, forward and backward, against the CPU reference
+// computed in float64, on odd sizes (1, 7, 33, 1000, 4097 columns), with new tensors poisoned so an
+// unwritten element fails. Also: Philox identical on both sides, the caching allocator's steady
+// state, device-side index errors, deterministic backwards. Labelled `gpu`; needs a CUDA device.
+#include <cstdio>
+
+#include "core/allocator.h"
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "../test_helpers.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+using test::random_f32;
+using test::rel_error;
+
+namespace {
+
+const std::vector<std::int64_t> kCols{1, 7, 33, 1000, 4097};
+const std::vector<std::int64_t> kRows{1, 3, 37};
+
+void require_gpu() {
+    REQUIRE(cuda_is_available());
+    static bool printed = false;
+    if (!printed) {
+        std::printf("gpu tests on %s\n", cuda_backend("test").device_info().name.c_str());
+        printed = true;
+    }
+}
+
+Tensor to_reference(const Tensor& t) {
+    Tensor r = is_floating(t.dtype()) ? t.to(DType::f64) : t;
+    if (is_floating(t.dtype())) r = r.detach().set_requires_grad(true);
+    return r;
+}
+
+Tensor to_gpu(const Tensor& t) {
+    Tensor g = t.to(Device::cuda);
+    if (is_floating(t.dtype())) g = g.detach().set_requires_grad(true);
+    return g;
+}
+
+// Runs fn on f64 CPU copies and on f32 CUDA copies of `inputs` (f32 or i32 CPU tensors), then
+// compares the outputs and the gradients of sum(out * w) for a random w.
+void check_against_cpu(const std::string& what, const test::OpFn& fn,
+                       const std::vector<Tensor>& inputs, double tol = 2e-6) {
+    INFO(what);
+    std::vector<Tensor> ref_in, gpu_in;
+    for (const Tensor& t : inputs) {
+        ref_in.push_back(to_reference(t));
+        gpu_in.push_back(to_gpu(t));
+    }
+    Tensor ref_out = fn(ref_in);
+    Tensor gpu_out = fn(gpu_in);
+    REQUIRE(gpu_out.is_cuda());
+    REQUIRE(gpu_out.shape() == ref_out.shape());
+    CHECK(rel_error(gpu_out.to_vector<double>(), ref_out.to_vector<double>()) <= tol);
+    Tensor w = random_f32(ref_out.shape());
+    sum(mul(ref_out, w.to(DType::f64))).backward();
+    sum(mul(gpu_out, w.to(Device::cuda))).backward();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        if (!is_floating(inputs[i].dtype())) continue;
+        INFO("gradient of input " << i);
+        REQUIRE(gpu_in[i].grad().defined());
+        REQUIRE(gpu_in[i].grad().is_cuda());
+        CHECK(rel_error(gpu_in[i].grad().to_vector<double>(), ref_in[i].grad().to_vector<double>()) <=
+              tol);
+    }
+}
+
+std::string size_name(std::int64_t rows, std::int64_t cols) {
+    return std::to_string(rows) + " x " + std::to_string(cols);
+}
+
+}  // namespace
+
+TEST_CASE("elementwise ops and broadcasting match the CPU", "[gpu]") {
+    require_gpu();
+    for (std::int64_t rows : kRows) {
+        for (std::int64_t cols : kCols) {
+            std::string s = size_name(rows, cols);
+            Tensor a = random_f32({rows, cols}), b = random_f32({rows, cols});
+            Tensor bias = random_f32({cols}), row = random_f32({rows, 1}), scalar = random_f32({});
+            check_against_cpu("add " + s, [](auto& in) { return add(in[0], in[1]); }, {a, b});
+            check_against_cpu("sub bias " + s, [](auto& in) { return sub(in[0], in[1]); }, {a, bias});
+            check_against_cpu("mul row " + s, [](auto& in) { return mul(in[0], in[1]); }, {a, row});
+            check_against_cpu("mul scalar " + s, [](auto& in) { return mul(in[1], in[0]); },
+                              {a, scalar});
+            check_against_cpu("scale " + s, [](auto& in) { return scale(in[0], 0.3); }, {a});
+            check_against_cpu("gelu " + s, [](auto& in) { return gelu(in[0]); }, {a}, 1e-5);
+        }
+    }
+}
+
+TEST_CASE("add_ accumulates in place", "[gpu]") {
+    require_gpu();
+    Tensor a = random_f32({4097}), b = random_f32({4097});
+    std::vector<double> want = add(a, b).to_vector<double>();
+    Tensor g = a.to(Device::cuda);
+    add_(g, b.to(Device::cuda));
+    REQUIRE(rel_error(g.to_vector<double>(), want) == 0.0);
+}
+
+TEST_CASE("dropout draws the same mask on CPU and GPU", "[gpu]") {
+    require_gpu();
+    for (std::int64_t n : {1, 7, 33, 1000, 4097, 1 << 20}) {
+        Tensor x = random_f32({n});
+        default_generator().set_state(21, 1000);
+        Tensor cpu = dropout(x, 0.2);
+        default_generator().set_state(21, 1000);
+        Tensor gpu = dropout(x.to(Device::cuda), 0.2);
+        REQUIRE(gpu.to_vector<float>() == cpu.to_vector<float>());
+    }
+    check_against_cpu("dropout backward",
+                      [](auto& in) {
+                          default_generator().set_state(4, 0);
+                          return dropout(in[0], 0.5);
+                      },
+                      {random_f32({37, 1000})});
+}
+
+TEST_CASE("reductions match the CPU", "[gpu]") {
+    require_gpu();
+    for (std::int64_t rows : kRows) {
+        for (std::int64_t cols : kCols) {
+            std::string s = size_name(rows, cols);
+            Tensor x = random_f32({rows, cols});
+            check_against_cpu("sum " + s, [](auto& in) { return sum(in[0]); }, {x}, 1e-5);
+            check_against_cpu("mean " + s, [](auto& in) { return mean(in[0]); }, {x}, 1e-5);
+            check_against_cpu("sum_last " + s, [](auto& in) { return sum_last(in[0]); }, {x}, 1e-5);
+            check_against_cpu("mean_last " + s, [](auto& in) { return mean_last(in[0]); }, {x},
+                              1e-5);
+            // Column sums (the bias gradient) with many rows.
+            Tensor tall = random_f32({rows * 300, cols});
+            check_against_cpu("bias add " + s, [](auto& in) { return add(in[0], in[1]); },
+                              {tall, random_f32({cols})}, 1e-5);
+        }
+    }
+    // A long sum keeps its accuracy (fp32 accumulation in a tree, not in sequence).
+    Tensor big = random_f32({1 << 24});
+    double ref = sum(big.to(DType::f64)).item();
+    REQUIRE(std::fabs(sum(big.to(Device::cuda)).item() - ref) <= 1e-5 * std::sqrt(1 << 24));
+}
+
+TEST_CASE("matmul matches the CPU in every layout", "[gpu]") {
+    require_gpu();
+    for (std::int64_t n : kCols) {
+        std::int64_t m = 37, k = n == 4097 ? 65 : 33;
+        for (bool ta : {false, true}) {
+            for (bool tb : {false, true}) {
+                std::string s = "m 37 n " + std::to_string(n) + " ta " + std::to_string(ta) +
+                                " tb " + std::to_string(tb);
+                Tensor a = random_f32(ta ? Shape{k, m} : Shape{m, k});
+                Tensor b = random_f32(tb ? Shape{n, k} : Shape{k, n});
+                auto fn = [ta, tb](auto& in) { return matmul(in[0], in[1], ta, tb); };
+                check_against_cpu("matmul " + s, fn, {a, b}, 1e-5);
+                Tensor ab = random_f32(ta ? Shape{3, k, m} : Shape{3, m, k});
+                Tensor bb = random_f32(tb ? Shape{3, n, k} : Shape{3, k, n});
+                check_against_cpu("bmm " + s, fn, {ab, bb}, 1e-5);
+            }
+        }
+        Tensor x = random_f32({2, 7, 33}), w = random_f32({n, 33});
+        check_against_cpu("linear n " + std::to_string(n),
+                          [](auto& in) { return matmul(in[0], in[1], false, true); }, {x, w}, 1e-5);
+    }
+}
+
+TEST_CASE("TF32 matmul is close, and off by default", "[gpu]") {
+    require_gpu();
+    REQUIRE_FALSE(allow_tf32());
+    Tensor a = random_f32({256, 512}), b = random_f32({512, 256});
+    std::vector<double> ref = matmul(a.to(DType::f64), b.to(DType::f64)).to_vector<double>();
+    set_allow_tf32(true);
+    double err = rel_error(matmul(a.to(Device::cuda), b.to(Device::cuda)).to_vector<double>(), ref);
+    set_allow_tf32(false);
+    double err32 = rel_error(matmul(a.to(Device::cuda), b.to(Device::cuda)).to_vector<double>(), ref);
+    CHECK(err < 5e-3);
+    CHECK(err32 < 1e-6);
+    CHECK(err > err32);  // TF32 really ran: its 10-bit mantissa shows
+}
+
+TEST_CASE("softmax and cross-entropy match the CPU", "[gpu]") {
+    require_gpu();
+    for (std::int64_t cols : kCols) {
+        for (std::int64_t rows : kRows) {
+            std::string s = size_name(rows, cols);
+            Tensor x = random_f32({rows, cols}, Device::cpu, 3.0f);
+            check_against_cpu("softmax " + s, [](auto& in) { return softmax(in[0]); }, {x}, 1e-5);
+            Tensor targets = randint({rows}, static_cast<std::int32_t>(cols));
+            check_against_cpu("cross_entropy " + s,
+                              [](auto& in) { return cross_entropy(in[0], in[1]); }, {x, targets},
+                              1e-5);
+            std::vector<std::int32_t> t = targets.to_vector<std::int32_t>();
+            t[0] = -1;
+            if (rows > 1)
+                check_against_cpu("cross_entropy ignore " + s,
+                                  [](auto& in) { return cross_entropy(in[0], in[1]); },
+                                  {x, Tensor::from_vector(t, {rows})}, 1e-5);
+        }
+        if (cols <= 1000) {
+            Tensor att = random_f32({2, 3, std::min<std::int64_t>(cols, 37), cols});
+            check_against_cpu("causal softmax " + std::to_string(cols),
+                              [](auto& in) { return softmax(in[0], true); }, {att}, 1e-5);
+        }
+    }
+}
+
+TEST_CASE("embedding matches the CPU and its backward is deterministic", "[gpu]") {
+    require_gpu();
+    for (std::int64_t dim : kCols) {
+        Tensor w = random_f32({65, dim});
+        Tensor ids = randint({3, 333}, 65);  // every id repeats many times
+        check_against_cpu("embedding dim " + std::to_string(dim),
+                          [](auto& in) { return embedding(in[0], in[1]); }, {w, ids}, 1e-6);
+    }
+    Tensor w = random_f32({50, 384}).to(Device::cuda).detach().set_requires_grad(true);
+    Tensor ids = randint({8192}, 50, Device::cuda);
+    Tensor g = random_f32({8192, 384}, Device::cuda);
+    std::vector<float> first;
+    for (int run = 0; run < 3; ++run) {
+        w.zero_grad();
+        embedding(w, ids).backward(g);
+        std::vector<float> grad = w.grad().to_vector<float>();
+        if (run == 0) first = grad;
+        else REQUIRE(grad == first);
+    }
+}
+
+TEST_CASE("layout ops and casts match the CPU", "[gpu]") {
+    require_gpu();
+    Tensor x = random_f32({3, 33, 4, 7});
+    check_against_cpu("permute", [](auto& in) { return permute(in[0], {2, 0, 3, 1}); }, {x}, 0.0);
+    check_against_cpu("transpose", [](auto& in) { return transpose(in[0], 1, 3); }, {x}, 0.0);
+    check_against_cpu("slice", [](auto& in) { return slice(in[0], 1, 3); }, {x}, 0.0);
+    check_against_cpu("reshape", [](auto& in) { return reshape(in[0], {99, -1}); }, {x}, 0.0);
+    Tensor h = random_f32({2, 37, 4 * 33});
+    check_against_cpu("heads", [](auto& in) { return merge_heads(gelu(split_heads(in[0], 4))); },
+                      {h}, 1e-5);
+    // Casts: the device conversions are the host's, bit for bit.
+    Tensor v = random_f32({4097}, Device::cpu, 100.0f);
+    for (DType t : {DType::bf16, DType::f16, DType::i32}) {
+        INFO("cast to " << dtype_name(t));
+        Tensor on_gpu = v.to(Device::cuda).to(t);
+        Tensor on_cpu = v.to(t);
+        REQUIRE(on_gpu.to_vector<double>() == on_cpu.to_vector<double>());
+        REQUIRE(on_gpu.to(DType::f32).to_vector<float>() == on_cpu.to(DType::f32).to_vector<float>());
+    }
+    check_against_cpu("cast bf16 round trip",
+                      [](auto& in) { return in[0].dtype() == DType::f64 ? in[0] :
+                                     cast(cast(in[0], DType::bf16), DType::f32); },
+                      {random_f32({1000})}, 1e-2);
+}
+
+TEST_CASE("philox gives identical numbers on CPU and GPU", "[gpu][random]") {
+    require_gpu();
+    for (std::int64_t n : {1, 7, 4097, 1 << 20}) {
+        Generator a(2026), b(2026);
+        a.advance(12345);
+        b.advance(12345);
+        REQUIRE(randn({n}, Device::cuda, &a).to_vector<float>() ==
+                randn({n}, Device::cpu, &b).to_vector<float>());
+        REQUIRE(rand({n}, Device::cuda, &a).to_vector<float>() ==
+                rand({n}, Device::cpu, &b).to_vector<float>());
+        REQUIRE(bernoulli({n}, 0.1f, Device::cuda, &a).to_vector<float>() ==
+                bernoulli({n}, 0.1f, Device::cpu, &b).to_vector<float>());
+    }
+}
+
+TEST_CASE("the caching allocator reaches a steady state", "[gpu][allocator]") {
+    require_gpu();
+    Tensor w = random_f32({256, 256}, Device::cuda).detach().set_requires_grad(true);
+    auto step = [&] {
+        Tensor x = random_f32({64, 256}, Device::cuda);
+        Tensor loss = mean(gelu(matmul(x, w, false, true)));
+        loss.backward();
+        w.zero_grad();
+    };
+    step();
+    step();
+    MemoryStats before = memory_stats(Device::cuda);
+    for (int i = 0; i < 10; ++i) step();
+    MemoryStats after = memory_stats(Device::cuda);
+    REQUIRE(after.device_allocations == before.device_allocations);
+    REQUIRE(after.cache_hits > before.cache_hits);
+    REQUIRE(after.bytes_in_use == before.bytes_in_use);
+    REQUIRE(after.peak_bytes_in_use >= after.bytes_in_use);
+    empty_cuda_cache();
+    REQUIRE(memory_stats(Device::cuda).bytes_reserved == memory_stats(Device::cuda).bytes_in_use);
+}
+
+TEST_CASE("bad indices found on the device become errors at the next sync", "[gpu][errors]") {
+    require_gpu();
+    Tensor w = random_f32({5, 8}, Device::cuda);
+    Tensor ids = Tensor::from_vector(std::vector<std::int32_t>{1, 9, 2}, {3}, Device::cuda);
+    Tensor out = embedding(w, ids);
+    REQUIRE_THROWS_WITH(out.to_vector<float>(),
+                        Contains("[embedding] token id 9 is out of range [0, 5)"));
+    REQUIRE_NOTHROW(embedding(w, Tensor::from_vector(std::vector<std::int32_t>{0}, {1},
+                                                     Device::cuda)).to_vector<float>());
+    Tensor logits = random_f32({2, 3}, Device::cuda);
+    Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{0, 3}, {2}, Device::cuda);
+    REQUIRE_THROWS_WITH(cross_entropy(logits, targets).item(),
+                        Contains("[cross_entropy] target 3 is out of range [0, 3)"));
+}
+
+TEST_CASE("device and dtype mismatches are errors on CUDA too", "[gpu][errors]") {
+    require_gpu();
+    Tensor g = Tensor::zeros({4}, DType::f32, Device::cuda), c = Tensor::zeros({4});
+    REQUIRE_THROWS_WITH(add(g, c), Contains("[add] inputs on different devices: cuda and cpu"));
+    REQUIRE_THROWS_WITH(gelu(Tensor::zeros({4}, DType::bf16, Device::cuda)),
+                        Contains("[gelu] CUDA tensors must be f32, got bf16"));
+    REQUIRE_THROWS_WITH(Tensor::zeros({4}, DType::f64).to(Device::cuda),
+                        Contains("f64 tensors live on the CPU only"));
+}
+
+TEST_CASE("empty tensors are no-ops", "[gpu]") {
+    require_gpu();
+    Tensor e = Tensor::zeros({0, 7}, DType::f32, Device::cuda);
+    REQUIRE(gelu(e).numel() == 0);
+    REQUIRE(add(e, Tensor::zeros({7}, DType::f32, Device::cuda)).numel() == 0);
+    REQUIRE(sum(e).item() == 0.0);
+    REQUIRE(matmul(e, Tensor::zeros({7, 3}, DType::f32, Device::cuda)).shape() == Shape{0, 3});
+}

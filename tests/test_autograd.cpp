@@ -1,0 +1,92 @@
+// tests/test_autograd.cpp: the tape itself: accumulation where paths meet, leaf .grad across
+// backward calls, zero_grad, NoGradGuard, detach, freed graphs and non-scalar roots.
+#include "core/error.h"
+#include "test_helpers.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+
+TEST_CASE("gradients add up where paths meet", "[autograd]") {
+    // y = sum(x * x + 3 x) -> dy/dx = 2x + 3; x used three times.
+    Tensor x = Tensor::from_vector(std::vector<double>{1.0, -2.0, 0.5}, {3});
+    x.set_requires_grad(true);
+    Tensor y = sum(add(mul(x, x), scale(x, 3.0)));
+    y.backward();
+    REQUIRE(x.grad().to_vector<double>() == std::vector<double>{5.0, -1.0, 4.0});
+    REQUIRE(x.grad().requires_grad() == false);
+}
+
+TEST_CASE("leaf gradients accumulate until zero_grad", "[autograd]") {
+    Tensor x = Tensor::from_vector(std::vector<double>{2.0}, {1});
+    x.set_requires_grad(true);
+    sum(scale(x, 3.0)).backward();
+    sum(scale(x, 3.0)).backward();
+    REQUIRE(x.grad().item() == 6.0);
+    x.zero_grad();
+    REQUIRE_FALSE(x.grad().defined());
+    sum(scale(x, 2.0)).backward();
+    REQUIRE(x.grad().item() == 2.0);
+}
+
+TEST_CASE("no_grad and detach stop recording", "[autograd]") {
+    Tensor x = test::random_f64({4});
+    {
+        NoGradGuard guard;
+        Tensor y = scale(x, 2.0);
+        REQUIRE_FALSE(y.requires_grad());
+        REQUIRE_FALSE(y.grad_fn());
+    }
+    REQUIRE(grad_enabled());
+    Tensor d = x.detach();
+    REQUIRE_FALSE(d.requires_grad());
+    REQUIRE(d.raw_data() == x.raw_data());
+    Tensor z = scale(x, 2.0);
+    REQUIRE(z.requires_grad());
+    REQUIRE(z.grad_fn()->name() == "scale");
+    REQUIRE_FALSE(z.is_leaf());
+}
+
+TEST_CASE("backward twice through a freed graph is an error", "[autograd]") {
+    Tensor x = test::random_f64({3});
+    Tensor y = sum(gelu(x));
+    y.backward();
+    REQUIRE_THROWS_WITH(y.backward(), Contains("[backward]") && Contains("second time"));
+}
+
+TEST_CASE("backward from a non-scalar needs a gradient", "[autograd]") {
+    Tensor x = test::random_f64({2, 3});
+    Tensor y = scale(x, 2.0);
+    REQUIRE_THROWS_WITH(y.backward(), Contains("[backward]") && Contains("shape (2, 3)"));
+    y.backward(Tensor::ones({2, 3}, DType::f64));
+    for (double g : x.grad().to_vector<double>()) REQUIRE(g == 2.0);
+    REQUIRE_THROWS_WITH(scale(x, 1.0).backward(Tensor::ones({3}, DType::f64)),
+                        Contains("gradient has shape (3)"));
+}
+
+TEST_CASE("backward on a tensor that needs no grad is an error", "[autograd]") {
+    Tensor x = Tensor::ones({1}, DType::f64);
+    REQUIRE_THROWS_WITH(scale(x, 2.0).backward(), Contains("does not require grad"));
+    Tensor y = scale(test::random_f64({2}), 1.0);
+    REQUIRE_THROWS_WITH(y.set_requires_grad(false), Contains("only leaf tensors"));
+}
+
+TEST_CASE("saved tensors are released after backward", "[autograd]") {
+    Tensor x = test::random_f64({1000});
+    std::weak_ptr<TensorImpl> saved;
+    {
+        Tensor h = gelu(x);  // gelu saves its input x; softmax saves its output
+        Tensor y = softmax(h);
+        saved = y.impl_ptr();
+        sum(mul(y, y)).backward();
+    }
+    REQUIRE(saved.expired());
+    REQUIRE(x.grad().defined());
+}
+
+TEST_CASE("frozen inputs get no gradient", "[autograd]") {
+    Tensor a = test::random_f64({3, 4});
+    Tensor b = test::random_f64({4, 2}, false);
+    sum(matmul(a, b)).backward();
+    REQUIRE(a.grad().defined());
+    REQUIRE_FALSE(b.grad().defined());
+}

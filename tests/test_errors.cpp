@@ -1,0 +1,64 @@
+// tests/test_errors.cpp: every bad input the ops check, sent on purpose; the message must name the
+// op in brackets and say what was expected and what came.
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "test_helpers.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+
+TEST_CASE("shape mismatches name the op and both shapes", "[errors]") {
+    Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 3}), c = Tensor::zeros({3, 5});
+    REQUIRE_THROWS_WITH(add(a, b), Contains("[add] shapes (2, 3) and (4, 3) do not broadcast"));
+    REQUIRE_THROWS_WITH(matmul(a, b), Contains("[matmul] inner dimensions differ"));
+    REQUIRE_THROWS_WITH(matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 4})),
+                        Contains("[matmul] batch dimensions differ"));
+    REQUIRE_THROWS_WITH(matmul(Tensor::zeros({3}), c), Contains("[matmul] inputs need at least 2"));
+    REQUIRE_THROWS_WITH(split_heads(Tensor::zeros({1, 2, 6}), 4),
+                        Contains("[split_heads] C = 6 is not divisible by 4 heads"));
+    REQUIRE_THROWS_WITH(permute(a, {0, 0}), Contains("[permute] order must be a permutation"));
+    REQUIRE_THROWS_WITH(add(Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 1, 4})),
+                        Contains("[add] broadcasting (2, 1, 4)"));
+}
+
+TEST_CASE("dtype mismatches name the op and both dtypes", "[errors]") {
+    Tensor f = Tensor::zeros({2}), d = Tensor::zeros({2}, DType::f64);
+    REQUIRE_THROWS_WITH(add(f, d), Contains("[add] inputs of different dtypes: f32 and f64"));
+    REQUIRE_THROWS_WITH(gelu(Tensor::zeros({2}, DType::bf16)),
+                        Contains("[gelu] CPU tensors must be f32 or f64, got bf16"));
+    REQUIRE_THROWS_WITH(cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({2})),
+                        Contains("[cross_entropy] targets must be i32, got f32"));
+    REQUIRE_THROWS_WITH(embedding(Tensor::zeros({4, 2}), Tensor::zeros({3})),
+                        Contains("[embedding] ids must be i32, got f32"));
+    REQUIRE_THROWS_WITH(Tensor::zeros({2}, DType::i32).set_requires_grad(true),
+                        Contains("only floating tensors can require grad, got i32"));
+}
+
+TEST_CASE("index errors name the bad index and the bound", "[errors]") {
+    Tensor w = Tensor::zeros({5, 2});
+    Tensor ids = Tensor::from_vector(std::vector<std::int32_t>{1, 5}, {2});
+    REQUIRE_THROWS_WITH(embedding(w, ids), Contains("[embedding] token id 5 at position 1 is out "
+                                                    "of range [0, 5)"));
+    Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{0, 7}, {2});
+    REQUIRE_THROWS_WITH(cross_entropy(Tensor::zeros({2, 3}), targets),
+                        Contains("[cross_entropy] target 7 at row 1 is out of range [0, 3)"));
+    REQUIRE_THROWS_WITH(cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({3}, DType::i32)),
+                        Contains("targets have shape (3)"));
+}
+
+TEST_CASE("bad arguments are rejected", "[errors]") {
+    Tensor x = Tensor::zeros({4});
+    REQUIRE_THROWS_WITH(dropout(x, 1.0), Contains("[dropout] p must be in [0, 1), got 1"));
+    REQUIRE_THROWS_WITH(Tensor::zeros({-1, 2}), Contains("[empty] negative dimension"));
+    REQUIRE_THROWS_WITH(Tensor::zeros({2}, DType::f64, Device::cuda),
+                        Contains("f64 tensors live on the CPU only"));
+    REQUIRE_THROWS_WITH(x.item(), Contains("[item] needs a tensor with one element"));
+    REQUIRE_THROWS_WITH(softmax(Tensor::zeros({4}), true), Contains("[softmax] a causal softmax"));
+}
+
+TEST_CASE("CUDA requests without a device say why", "[errors]") {
+    if (cuda_is_available()) return;  // covered by the gpu tests on a GPU machine
+    std::string why = built_with_cuda() ? "no CUDA device is available" : "built without CUDA";
+    REQUIRE_THROWS_WITH(Tensor::zeros({2}, DType::f32, Device::cuda), Contains(why));
+    REQUIRE_THROWS_WITH(Tensor::zeros({2}).to(Device::cuda), Contains(why));
+}

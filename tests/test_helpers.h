@@ -1,0 +1,99 @@
+// tests/test_helpers.h: what the op tests share.
+//   random_f64 / random_f32:  fresh normal inputs from a per-test generator (never zeros)
+//   check_gradients:          float64 central finite differences against autograd
+//   max_abs_diff / rel_error: comparisons of results as double vectors
+// Every test binary turns on poisoning of new tensors (NaN bytes), so an element an op forgot to
+// write shows up as NaN.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "core/random.h"
+
+namespace fg::test {
+
+inline Generator& test_generator() {
+    static Generator gen(12345);
+    return gen;
+}
+
+inline Tensor random_f32(const Shape& shape, Device device = Device::cpu, float stddev = 1.0f) {
+    return randn(shape, Device::cpu, &test_generator(), 0.0f, stddev).to(device);
+}
+
+inline Tensor random_f64(const Shape& shape, bool requires_grad = true, float stddev = 1.0f) {
+    Tensor t = randn(shape, Device::cpu, &test_generator(), 0.0f, stddev).to(DType::f64);
+    if (requires_grad) t.set_requires_grad(true);
+    return t;
+}
+
+inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+    REQUIRE(a.size() == b.size());
+    double m = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+        if (!std::isnan(a[i])) m = std::max(m, std::fabs(a[i] - b[i]));
+    }
+    return m;
+}
+
+// ||a - b|| / ||b||, infinite when a holds a NaN that b does not (a poisoned, unwritten element).
+inline double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+    REQUIRE(a.size() == b.size());
+    double num = 0.0, den = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (std::isnan(a[i]) && !std::isnan(b[i])) return INFINITY;
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    if (den == 0.0) return std::sqrt(num);
+    return std::sqrt(num / den);
+}
+
+using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// Compares autograd's gradient of L = sum(f(inputs) * w), w random, with central differences
+// (L(x + h) - L(x - h)) / 2h for every element of every input that requires grad (up to
+// max_checks elements each, spread over the tensor). Inputs must be f64 CPU tensors.
+inline void check_gradients(const OpFn& f, const std::vector<Tensor>& inputs, double h = 1e-6,
+                            double tol = 1e-6, std::int64_t max_checks = 60) {
+    Tensor out = f(inputs);
+    Tensor w = random_f64(out.shape(), false);
+    Tensor loss = sum(mul(out, w));
+    for (const Tensor& t : inputs)
+        if (t.requires_grad()) const_cast<Tensor&>(t).zero_grad();
+    loss.backward();
+    auto loss_at = [&]() {
+        NoGradGuard no_grad;
+        return sum(mul(f(inputs), w)).item();
+    };
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+        const Tensor& x = inputs[k];
+        if (!x.requires_grad()) continue;
+        INFO("input " << k << " of shape " << shape_str(x.shape()));
+        REQUIRE(x.grad().defined());
+        std::vector<double> analytic = x.grad().to_vector<double>();
+        double* data = x.data<double>();
+        std::int64_t n = x.numel();
+        std::int64_t step = std::max<std::int64_t>(1, n / max_checks);
+        for (std::int64_t i = 0; i < n; i += step) {
+            double saved = data[i];
+            data[i] = saved + h;
+            double plus = loss_at();
+            data[i] = saved - h;
+            double minus = loss_at();
+            data[i] = saved;
+            double numeric = (plus - minus) / (2 * h);
+            INFO("element " << i << ": analytic " << analytic[i] << ", numeric " << numeric);
+            REQUIRE(std::fabs(analytic[i] - numeric) <= tol * (1.0 + std::fabs(numeric)));
+        }
+    }
+}
+
+}  // namespace fg::test

@@ -1,0 +1,190 @@
+// tests/test_ops_grad.cpp: a float64 finite-difference gradient check for every op, on random
+// shapes, plus forward checks against values worked out by hand.
+#include <cmath>
+
+#include "test_helpers.h"
+
+using namespace fg;
+using test::check_gradients;
+using test::random_f64;
+
+namespace {
+
+// A few shapes per test, drawn fresh from the test generator.
+std::int64_t random_dim(std::int64_t lo, std::int64_t hi) {
+    Tensor r = randint({1}, static_cast<std::int32_t>(hi - lo + 1), Device::cpu,
+                       &test::test_generator());
+    return lo + r.to_vector<std::int32_t>()[0];
+}
+
+}  // namespace
+
+TEST_CASE("add, sub, mul with broadcasting: gradients", "[ops][grad]") {
+    std::int64_t b = random_dim(1, 3), t = random_dim(1, 4), c = random_dim(1, 6);
+    auto x = random_f64({b, t, c});
+    for (Shape other : {Shape{b, t, c}, Shape{c}, Shape{t, c}, Shape{b, t, 1}, Shape{1, t, 1},
+                        Shape{}}) {
+        INFO("other shape " << shape_str(other));
+        auto y = random_f64(other);
+        check_gradients([](auto& in) { return add(in[0], in[1]); }, {x, y});
+        check_gradients([](auto& in) { return sub(in[1], in[0]); }, {x, y});
+        check_gradients([](auto& in) { return mul(in[0], in[1]); }, {x, y});
+    }
+}
+
+TEST_CASE("broadcast results are right", "[ops]") {
+    Tensor x = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+    Tensor bias = Tensor::from_vector(std::vector<double>{10, 20, 30}, {3});
+    Tensor row = Tensor::from_vector(std::vector<double>{100, 200}, {2, 1});
+    REQUIRE(add(x, bias).to_vector<double>() == std::vector<double>{11, 22, 33, 14, 25, 36});
+    REQUIRE(sub(x, row).to_vector<double>() ==
+            std::vector<double>{-99, -98, -97, -196, -195, -194});
+    REQUIRE(mul(bias, x).shape() == Shape{2, 3});
+}
+
+TEST_CASE("scale, gelu, dropout: gradients", "[ops][grad]") {
+    auto x = random_f64({random_dim(1, 5), random_dim(1, 9)});
+    check_gradients([](auto& in) { return scale(in[0], -1.7); }, {x});
+    check_gradients([](auto& in) { return gelu(in[0]); }, {x});
+    check_gradients(
+        [](auto& in) {
+            default_generator().set_state(99, 0);  // the same mask at every evaluation
+            return dropout(in[0], 0.3);
+        },
+        {x});
+}
+
+TEST_CASE("gelu matches its definition", "[ops]") {
+    Tensor x = Tensor::from_vector(std::vector<double>{-3, -1, 0, 0.5, 2}, {5});
+    std::vector<double> y = gelu(x).to_vector<double>();
+    std::vector<double> xs = x.to_vector<double>();
+    for (std::size_t i = 0; i < xs.size(); ++i)
+        REQUIRE(y[i] == Approx(xs[i] * 0.5 * std::erfc(-xs[i] / std::sqrt(2.0))).epsilon(1e-12));
+}
+
+TEST_CASE("dropout keeps about 1 - p and scales by 1 / (1 - p)", "[ops]") {
+    manual_seed(5);
+    Tensor x = Tensor::ones({100000});
+    std::vector<float> y = dropout(x, 0.25).to_vector<float>();
+    double kept = 0;
+    for (float v : y) {
+        REQUIRE((v == 0.0f || v == Approx(1.0f / 0.75f)));
+        kept += v != 0.0f;
+    }
+    REQUIRE(kept / y.size() == Approx(0.75).margin(0.01));
+    REQUIRE(dropout(x, 0.25, false).raw_data() == x.raw_data());  // eval: identity
+}
+
+TEST_CASE("sum and mean: gradients", "[ops][grad]") {
+    auto x = random_f64({random_dim(1, 4), random_dim(1, 5), random_dim(1, 7)});
+    check_gradients([](auto& in) { return sum(in[0]); }, {x});
+    check_gradients([](auto& in) { return mean(in[0]); }, {x});
+    check_gradients([](auto& in) { return sum_last(in[0]); }, {x});
+    check_gradients([](auto& in) { return mean_last(in[0]); }, {x});
+    Tensor v = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+    REQUIRE(sum(v).item() == 21.0);
+    REQUIRE(mean_last(v).to_vector<double>() == std::vector<double>{2, 5});
+}
+
+TEST_CASE("matmul, batched and transposed: gradients", "[ops][grad]") {
+    std::int64_t m = random_dim(1, 6), k = random_dim(1, 6), n = random_dim(1, 6);
+    std::int64_t batch = random_dim(2, 3);
+    for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+            INFO("trans_a " << ta << " trans_b " << tb);
+            auto a = random_f64(ta ? Shape{k, m} : Shape{m, k});
+            auto b = random_f64(tb ? Shape{n, k} : Shape{k, n});
+            check_gradients([ta, tb](auto& in) { return matmul(in[0], in[1], ta, tb); }, {a, b});
+            auto ab = random_f64(ta ? Shape{batch, k, m} : Shape{batch, m, k});
+            auto bb = random_f64(tb ? Shape{batch, n, k} : Shape{batch, k, n});
+            check_gradients([ta, tb](auto& in) { return matmul(in[0], in[1], ta, tb); }, {ab, bb});
+        }
+        // A Linear layer: x (B, T, C) @ W^T with a shared 2-D weight.
+        auto x = random_f64({batch, m, k});
+        auto w = random_f64(ta ? Shape{k, n} : Shape{n, k});
+        check_gradients([ta](auto& in) { return matmul(in[0], in[1], false, !ta); }, {x, w});
+    }
+}
+
+TEST_CASE("matmul matches a hand-worked product", "[ops]") {
+    Tensor a = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+    Tensor b = Tensor::from_vector(std::vector<double>{7, 8, 9, 10, 11, 12}, {3, 2});
+    REQUIRE(matmul(a, b).to_vector<double>() == std::vector<double>{58, 64, 139, 154});
+    REQUIRE(matmul(a, a, false, true).to_vector<double>() == std::vector<double>{14, 32, 32, 77});
+}
+
+TEST_CASE("softmax, plain and causal: gradients", "[ops][grad]") {
+    std::int64_t t = random_dim(1, 6);
+    auto x = random_f64({2, t, t + random_dim(0, 2)});
+    check_gradients([](auto& in) { return softmax(in[0]); }, {x});
+    check_gradients([](auto& in) { return softmax(in[0], true); }, {x});
+}
+
+TEST_CASE("causal softmax masks the future", "[ops]") {
+    Tensor x = Tensor::zeros({3, 3}, DType::f64);
+    std::vector<double> y = softmax(x, true).to_vector<double>();
+    std::vector<double> want{1, 0, 0, 0.5, 0.5, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3};
+    for (std::size_t i = 0; i < y.size(); ++i) REQUIRE(y[i] == Approx(want[i]));
+}
+
+TEST_CASE("cross-entropy: gradient, value and ignore_index", "[ops][grad]") {
+    std::int64_t rows = random_dim(1, 8), vocab = random_dim(2, 11);
+    auto logits = random_f64({rows, vocab});
+    Tensor targets = randint({rows}, static_cast<std::int32_t>(vocab), Device::cpu,
+                             &test::test_generator());
+    check_gradients([targets](auto& in) { return cross_entropy(in[0], targets); }, {logits});
+    std::vector<std::int32_t> t = targets.to_vector<std::int32_t>();
+    t[0] = -1;
+    Tensor masked = Tensor::from_vector(t, {rows});
+    if (rows > 1)
+        check_gradients([masked](auto& in) { return cross_entropy(in[0], masked); }, {logits});
+    // Uniform logits over V classes: loss = log V.
+    Tensor flat = Tensor::zeros({4, 10}, DType::f64);
+    Tensor any = Tensor::from_vector(std::vector<std::int32_t>{0, 3, 9, 5}, {4});
+    REQUIRE(cross_entropy(flat, any).item() == Approx(std::log(10.0)));
+}
+
+TEST_CASE("embedding: gradient with repeated ids", "[ops][grad]") {
+    auto weight = random_f64({7, random_dim(1, 5)});
+    Tensor ids = Tensor::from_vector(std::vector<std::int32_t>{3, 0, 3, 6, 3, 1}, {2, 3});
+    check_gradients([ids](auto& in) { return embedding(in[0], ids); }, {weight});
+    Tensor out = embedding(weight, ids);
+    REQUIRE(out.shape() == Shape{2, 3, weight.size(1)});
+}
+
+TEST_CASE("reshape, slice, permute, heads, casts: gradients", "[ops][grad]") {
+    auto x = random_f64({3, 4, 6});
+    check_gradients([](auto& in) { return reshape(in[0], {4, -1}); }, {x});
+    check_gradients([](auto& in) { return slice(in[0], 1, 3); }, {x});
+    check_gradients([](auto& in) { return permute(in[0], {2, 0, 1}); }, {x});
+    check_gradients([](auto& in) { return transpose(in[0], 0, 2); }, {x});
+    check_gradients([](auto& in) { return merge_heads(split_heads(in[0], 2)); }, {x});
+    check_gradients([](auto& in) { return split_heads(in[0], 3); }, {x});
+    check_gradients([](auto& in) { return cast(cast(in[0], DType::f32), DType::f64); }, {x}, 1e-3,
+                    1e-3);
+}
+
+TEST_CASE("split_heads lays out (B, H, T, D)", "[ops]") {
+    // x[b, t, h * D + d] = 100 t + 10 h + d with B = 1, T = 2, H = 2, D = 2
+    std::vector<double> v;
+    for (int t = 0; t < 2; ++t)
+        for (int h = 0; h < 2; ++h)
+            for (int d = 0; d < 2; ++d) v.push_back(100 * t + 10 * h + d);
+    Tensor x = Tensor::from_vector(v, {1, 2, 4});
+    Tensor heads = split_heads(x, 2);
+    REQUIRE(heads.shape() == Shape{1, 2, 2, 2});
+    REQUIRE(heads.to_vector<double>() == std::vector<double>{0, 1, 100, 101, 10, 11, 110, 111});
+    REQUIRE(merge_heads(heads).to_vector<double>() == v);
+}
+
+TEST_CASE("a small composite: attention-shaped graph", "[ops][grad]") {
+    auto q = random_f64({1, 2, 3, 4});
+    auto k = random_f64({1, 2, 3, 4});
+    auto v = random_f64({1, 2, 3, 4});
+    check_gradients(
+        [](auto& in) {
+            Tensor att = softmax(scale(matmul(in[0], in[1], false, true), 0.5), true);
+            return merge_heads(matmul(att, in[2]));
+        },
+        {q, k, v});
+}
