@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
+# configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
+# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|sanitize|all]...
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+what=${*:-all}
+status=0
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j16 > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+for step in $what; do
+    case $step in
+        tests|all)
+            ctest --test-dir build-gpu --output-on-failure -j8 > "$out/tests.log" 2>&1 || status=1
+            grep -E "tests passed|Failed|Label|gpu  |cpu  " "$out/tests.log"
+            ;;&
+        bench|all)
+            build-gpu/bench/bench_core --json "$out/bench_core.json" > "$out/bench_core.log" 2>&1 || status=1
+            ;;&
+        sanitize|all)
+            for tool in memcheck racecheck; do
+                compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/fg_gpu_tests \
+                    ${SANITIZE_FILTER:-} > "$out/sanitize-$tool.log" 2>&1 || status=1
+                echo "$tool: $(grep -E 'ERROR SUMMARY|All tests passed|test cases' "$out/sanitize-$tool.log" | tr '\n' ' ')"
+            done
+            ;;
+    esac
+done
+[ -f "$out/bench_core.log" ] && sed -n '/^group/,$p' "$out/bench_core.log"
+exit $status
