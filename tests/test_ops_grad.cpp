@@ -40,6 +40,9 @@ TEST_CASE("broadcast results are right", "[ops]") {
     REQUIRE(sub(x, row).to_vector<double>() ==
             std::vector<double>{-99, -98, -97, -196, -195, -194});
     REQUIRE(mul(bias, x).shape() == Shape{2, 3});
+    // A size-1 dim stretches to any size, 0 included.
+    REQUIRE(add(Tensor::zeros({0, 3}, DType::f64), bias).shape() == Shape{0, 3});
+    REQUIRE(add(row, Tensor::zeros({2, 0}, DType::f64)).shape() == Shape{2, 0});
 }
 
 TEST_CASE("scale, gelu, dropout: gradients", "[ops][grad]") {

@@ -20,7 +20,7 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
         std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
         FG_CHECK(da == db || da == 1 || db == 1, op, "shapes ", shape_str(a), " and ",
                  shape_str(b), " do not broadcast (dim ", i, ": ", da, " vs ", db, ")");
-        out[i] = std::max(da, db);
+        out[i] = da == 1 ? db : da;  // a 1 stretches to the other size, even to 0
     }
     broadcast_layout(op, a, out);
     broadcast_layout(op, b, out);
