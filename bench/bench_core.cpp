@@ -25,8 +25,8 @@ double gbs(double bytes, double ms) { return bytes / (ms * 1e6); }
 std::vector<Row> bench_elementwise(bench::Timer& timer, double copy_gbs) {
     const std::int64_t n = 1 << 26;
     Tensor a = randn({n}, Device::cuda), b = randn({n}, Device::cuda);
-    const std::int64_t rows = n / 384;  // activations of the toy GPT: (B*T, C = 384)
-    Tensor x3 = randn({rows, 384}, Device::cuda), bias = randn({384}, Device::cuda);
+    const std::int64_t act_rows = n / 384;  // activations of the toy GPT: (B*T, C = 384)
+    Tensor x3 = randn({act_rows, 384}, Device::cuda), bias = randn({384}, Device::cuda);
     const double f = sizeof(float);
     struct Case {
         const char* name;
@@ -38,7 +38,7 @@ std::vector<Row> bench_elementwise(bench::Timer& timer, double copy_gbs) {
         {"mul (a * b)", 3 * n * f, [&] { mul(a, b); }},
         {"scale (0.5 a)", 2 * n * f, [&] { scale(a, 0.5); }},
         {"gelu", 2 * n * f, [&] { gelu(a); }},
-        {"bias add (x + b[C]), C=384", 2 * rows * 384 * f, [&] { add(x3, bias); }},
+        {"bias add (x + b[C]), C=384", 2 * act_rows * 384 * f, [&] { add(x3, bias); }},
         {"add_ (a += b)", 3 * n * f, [&] { add_(a, b); }},
     };
     std::vector<Row> rows;
