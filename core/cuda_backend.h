@@ -10,6 +10,7 @@
 
 #include "kernels/elementwise.h"  // ScalarType, BinaryOp (plain C++ declarations)
 #include "kernels/layout.h"       // PermuteParams
+#include "kernels/norm.h"         // NormForwardArgs, NormBackwardArgs
 
 namespace fg {
 
@@ -85,6 +86,10 @@ public:
     // layout.h
     virtual void permute(const void* in, void* out, int element_bytes, long long n,
                          const kernels::PermuteParams& p) = 0;
+    // norm.h
+    virtual void norm_forward(const kernels::NormForwardArgs& args) = 0;
+    virtual std::size_t norm_backward_workspace_bytes(const kernels::NormBackwardArgs& args) = 0;
+    virtual void norm_backward(const kernels::NormBackwardArgs& args) = 0;
     // matmul.h
     virtual void set_tf32(bool enabled) = 0;
     virtual void gemm_f32(bool trans_a, bool trans_b, long long m, long long n, long long k,

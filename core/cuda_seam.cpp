@@ -143,6 +143,11 @@ public:
                  const k::PermuteParams& p) override {
         k::permute(in, out, element_bytes, n, p);
     }
+    void norm_forward(const k::NormForwardArgs& args) override { k::norm_forward(args); }
+    std::size_t norm_backward_workspace_bytes(const k::NormBackwardArgs& args) override {
+        return k::norm_backward_workspace_bytes(args);
+    }
+    void norm_backward(const k::NormBackwardArgs& args) override { k::norm_backward(args); }
     void set_tf32(bool enabled) override { k::set_tf32(enabled); }
     void gemm_f32(bool trans_a, bool trans_b, long long m, long long n, long long kk, float alpha,
                   const float* a, long long stride_a, const float* b, long long stride_b,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/norm.h"  // NormReduction (a plain enum)
 #include "tensor.h"
 
 namespace fg {
@@ -67,5 +68,28 @@ Tensor to_device(const Tensor& x, Device device);
 // Heads of attention: (B, T, H*D) -> (B, H, T, D) and back.
 Tensor split_heads(const Tensor& x, std::int64_t heads);
 Tensor merge_heads(const Tensor& x);
+
+// ---- normalisation (ops/norm.cpp; fused CUDA kernels in kernels/norm_*.cu) ------------------
+using kernels::NormReduction;  // automatic | locked (a) | grid (b): how dw/db sum across rows
+struct NormOptions {
+    double eps = 1e-5;
+    bool zero_centered = false;  // scale by (1 + w): the weight is stored as its offset from 1
+    NormReduction reduction = NormReduction::automatic;
+};
+// Over the last dim N of x (..., N). weight and bias: (N) or undefined (none). On CUDA, x is f32,
+// bf16 or f16 and weight/bias f32 or x's dtype; on the CPU (the reference), f32 or f64.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                const NormOptions& options = {});
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                  const NormOptions& options = {});
+// Fused residual add: normalises h = x + residual and returns both (y, h).
+struct NormResidualResult {
+    Tensor y, h;
+};
+NormResidualResult rms_norm_residual(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                     const Tensor& bias = Tensor(), const NormOptions& options = {});
+NormResidualResult layer_norm_residual(const Tensor& x, const Tensor& residual,
+                                       const Tensor& weight, const Tensor& bias = Tensor(),
+                                       const NormOptions& options = {});
 
 }  // namespace fg

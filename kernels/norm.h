@@ -1,0 +1,80 @@
+// kernels/norm.h: fused RMSNorm / LayerNorm, forward and backward, for rows of N values.
+//
+// Forward, per row x (N values; with a fused residual, x is first replaced by h = x + r, and h is
+// written out). Statistics and all accumulation in fp32:
+//   RMSNorm:    rstd = 1 / sqrt(mean(x^2) + eps),                  x_hat = x * rstd
+//   LayerNorm:  mu = mean(x), rstd = 1 / sqrt(mean((x - mu)^2) + eps), x_hat = (x - mu) * rstd
+//   y = x_hat * w' + b,   w' = w, or 1 + w when the weight is zero-centred; w and b optional.
+// Backward, with g = w' * dy (g = dy without a weight):
+//   c1 = mean(x_hat * g);  c2 = mean(g) for LayerNorm, 0 for RMSNorm
+//   dx = (g - x_hat * c1 - c2) * rstd  (+ dh, the gradient reaching h from its other uses)
+//   dw = sum over rows of dy * x_hat;  db = sum over rows of dy
+// dw and db are sums across rows: the reduction strategies below do that part.
+//
+// Types: x, r, h, y, dy, dh, dx in f32, bf16 or f16 (all the same); w, b, dw, db in f32 or that
+// same type; mean and rstd are fp32 (rows values each). Pointers may be 16-byte unaligned (the
+// kernels then fall back to scalar loads). No host synchronisation anywhere: workspaces are
+// reset in-stream, so the launches can be captured in a CUDA graph.
+#pragma once
+
+#include <cstddef>
+
+#include "elementwise.h"  // ScalarType
+
+namespace fg::kernels {
+
+enum class NormKind : int { rms = 0, layer = 1 };
+
+// How dw / db are summed across rows (see docs/norms.md).
+enum class NormReduction : int {
+    automatic = 0,  // pick per shape (from measurements)
+    locked = 1,     // (a) G lock-guarded fp32 partial rows, then a column reduction
+    grid = 2,       // (b) a persistent grid, one fp32 partial row per block, then a column
+                    //     reduction; deterministic
+};
+const char* norm_reduction_name(NormReduction r);
+
+struct NormForwardArgs {
+    NormKind kind = NormKind::rms;
+    ScalarType x_type = ScalarType::f32;
+    ScalarType w_type = ScalarType::f32;
+    long long rows = 0, cols = 0;
+    float eps = 1e-5f;
+    bool zero_centered = false;
+    const void* x = nullptr;
+    const void* residual = nullptr;  // optional: normalise h = x + residual
+    void* h_out = nullptr;           // required with residual: receives h
+    const void* weight = nullptr;    // optional (no weight: w' = 1)
+    const void* bias = nullptr;      // optional
+    void* y = nullptr;
+    float* mean = nullptr;  // LayerNorm statistics; both may be null when no backward follows
+    float* rstd = nullptr;
+};
+void norm_forward(const NormForwardArgs& a);
+
+struct NormBackwardArgs {
+    NormKind kind = NormKind::rms;
+    ScalarType x_type = ScalarType::f32;
+    ScalarType w_type = ScalarType::f32;
+    long long rows = 0, cols = 0;
+    bool zero_centered = false;
+    NormReduction reduction = NormReduction::grid;
+    const void* x = nullptr;  // the normalised input (h when the residual add was fused)
+    const void* dy = nullptr;
+    const void* dh = nullptr;      // optional: added into dx
+    const void* weight = nullptr;  // optional
+    const float* mean = nullptr;   // LayerNorm
+    const float* rstd = nullptr;
+    void* dx = nullptr;
+    void* dweight = nullptr;  // optional (needs weight)
+    void* dbias = nullptr;    // optional
+    bool accumulate = false;  // add into dweight / dbias instead of overwriting them
+    void* workspace = nullptr;
+};
+// The strategy `automatic` resolves to for this shape and type.
+NormReduction norm_pick_reduction(long long rows, long long cols, ScalarType x_type);
+// Bytes of workspace norm_backward needs (0 when neither dweight nor dbias is asked for).
+std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& a);
+void norm_backward(const NormBackwardArgs& a);
+
+}  // namespace fg::kernels

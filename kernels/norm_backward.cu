@@ -1,0 +1,460 @@
+// kernels/norm_backward.cu: RMSNorm / LayerNorm backward (math in norm.h).
+//
+// dx is per row: one pass over x and dy (held in registers), two row sums (c1, c2), one write.
+// dw and db are sums over rows; every kernel here first sums its own rows in fp32 registers, then
+// hands its sums to one of two cross-row reductions:
+//
+//  (b) grid (default): P persistent blocks (P from the SM count, not from M). Block p takes row
+//      groups p, p + P, p + 2P, ... and, at the end, writes its sums as partial row p. A second,
+//      column-parallel kernel adds the P partial rows. Every run adds in the same order: the
+//      result is bitwise deterministic.
+//  (a) locked: one block per row group; block b adds its sums into partial row b mod G while
+//      holding spin lock b mod G (the first writer stores, later ones add). Then the same
+//      column kernel adds the G rows. The order in which blocks take a lock varies, so the last
+//      bits of dw/db vary from run to run; blocks also queue on the locks when G is small.
+//
+// Lock protocol: one thread spins on atomicCAS, __threadfence, __syncthreads, then all threads
+// read (bypassing L1: another SM wrote the row) and write; then __threadfence (stores visible),
+// __syncthreads (all threads done), and one thread marks the row written and releases the lock.
+#include <algorithm>
+#include <type_traits>
+
+#include "norm_common.cuh"
+#include "runtime.h"
+
+namespace fg::kernels {
+namespace {
+
+using namespace norm_detail;
+
+constexpr int kBackwardElems = 16;  // register budget: x, dy, w, two accumulators per element
+int g_threads_per_sm = 1024;  // tuning knob of the grid strategy (set_norm_grid_occupancy)
+
+template <typename T, typename W>
+struct BackwardParams {
+    long long rows, cols;
+    bool zero_centered;
+    const T* x;
+    const T* dy;
+    const T* dh;
+    const W* weight;
+    const float* mean;
+    const float* rstd;
+    T* dx;
+    bool want_dw, want_db;
+    float* partial_dw;  // R x cols
+    float* partial_db;  // R x cols
+    int* locks;         // G (locked strategy)
+    int* written;       // G: 0 until a block first writes the partial row
+    int lock_rows;      // G
+};
+
+// Lock-guarded partial rows: acquire / release partial row `gi` for the whole block.
+__device__ __forceinline__ bool acquire_partial_row(int* locks, int* written, int gi, int* flag) {
+    if (threadIdx.x == 0) {
+        while (atomicCAS(&locks[gi], 0, 1) != 0) {
+        }
+        __threadfence();
+        *flag = *reinterpret_cast<volatile int*>(&written[gi]) == 0;
+    }
+    __syncthreads();
+    return *flag != 0;
+}
+
+__device__ __forceinline__ void release_partial_row(int* locks, int* written, int gi) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicExch(&written[gi], 1);
+        atomicExch(&locks[gi], 0);
+    }
+}
+
+// Adds (or, for the first writer, stores) v into a partial-row element that other SMs also write:
+// L2 only (ld.global.cg / st.global.cg), never a stale L1 line.
+__device__ __forceinline__ void locked_add(float* ptr, float v, bool first) {
+    __stcg(ptr, first ? v : __ldcg(ptr) + v);
+}
+
+// Writes one block's column sums `acc` (per thread: its columns; per row group: its rows) as a
+// single partial row `dst`: row groups are first added in order through shared memory.
+template <int ITEMS, int VEC, bool LOCKED>
+__device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC], float* dst,
+                                                  long long cols, int tpr, float* group_sums,
+                                                  bool first) {
+    const int rpb = blockDim.x / tpr;
+    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    if (rpb > 1) {
+        __syncthreads();  // group_sums may still be read by the previous call
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            long long col = ((long long)i * tpr + lane) * VEC;
+            if (col < cols)
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) group_sums[group * cols + col + k] = acc[i][k];
+        }
+        __syncthreads();
+        for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
+            float s = 0.0f;
+            for (int r = 0; r < rpb; ++r) s += group_sums[r * cols + c];
+            if (LOCKED) locked_add(dst + c, s, first);
+            else dst[c] = s;
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        long long col = ((long long)i * tpr + lane) * VEC;
+        if (col >= cols) continue;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            if (LOCKED) locked_add(dst + col + k, acc[i][k], first);
+            else dst[col + k] = acc[i][k];
+        }
+    }
+}
+
+template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool LOCKED>
+__global__ void __launch_bounds__(512)
+    norm_backward_kernel(BackwardParams<T, W> p, int tpr) {
+    extern __shared__ float group_sums[];  // rows_per_block x cols, when several rows per block
+    __shared__ float scratch[32];
+    __shared__ int first_flag;
+    const int rpb = blockDim.x / tpr;
+    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const float inv_n = 1.0f / (float)p.cols;
+
+    float w[ITEMS][VEC];  // this thread's columns of w' (fixed for every row it handles)
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        long long col = ((long long)i * tpr + lane) * VEC;
+        float unused[VEC];
+        if (col < p.cols) {
+            load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w[i], unused);
+        } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) w[i][k] = 0.0f;
+        }
+    }
+    float acc_w[ITEMS][VEC], acc_b[ITEMS][VEC];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc_w[i][k] = acc_b[i][k] = 0.0f;
+
+    const long long groups = (p.rows + rpb - 1) / rpb;
+    for (long long rg = blockIdx.x; rg < groups; rg += gridDim.x) {
+        const long long row = rg * rpb + group;
+        const bool active = row < p.rows;
+        const long long base = row * p.cols;
+        const float mu = (LAYER && active) ? p.mean[row] : 0.0f;
+        const float rs = active ? p.rstd[row] : 0.0f;
+        float xh[ITEMS][VEC], g[ITEMS][VEC];
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            long long col = ((long long)i * tpr + lane) * VEC;
+            if (active && col < p.cols) {
+                float xv[VEC], dyv[VEC];
+                load_vec<T, VEC>(p.x + base + col, xv);
+                load_vec<T, VEC>(p.dy + base + col, dyv);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    xh[i][k] = (xv[k] - mu) * rs;
+                    g[i][k] = w[i][k] * dyv[k];
+                    s1 += xh[i][k] * g[i][k];
+                    s2 += g[i][k];
+                    acc_w[i][k] += dyv[k] * xh[i][k];
+                    acc_b[i][k] += dyv[k];
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) xh[i][k] = g[i][k] = 0.0f;
+            }
+        }
+        const float c1 = group_sum(s1, tpr, scratch) * inv_n;
+        const float c2 = LAYER ? group_sum(s2, tpr, scratch) * inv_n : 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            long long col = ((long long)i * tpr + lane) * VEC;
+            if (!active || col >= p.cols) continue;
+            float out[VEC];
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) out[k] = (g[i][k] - xh[i][k] * c1 - c2) * rs;
+            if (p.dh) {
+                float d[VEC];
+                load_vec<T, VEC>(p.dh + base + col, d);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) out[k] += d[k];
+            }
+            store_vec<T, VEC>(p.dx + base + col, out);
+        }
+    }
+    if (!p.want_dw && !p.want_db) return;
+
+    // This block's sums of dy * x_hat and dy -> one partial row (locked: added under the lock).
+    int gi = (int)(blockIdx.x % p.lock_rows);
+    float* row_dw = p.partial_dw + (LOCKED ? (long long)gi : (long long)blockIdx.x) * p.cols;
+    float* row_db = p.partial_db + (LOCKED ? (long long)gi : (long long)blockIdx.x) * p.cols;
+    bool first = true;
+    if (LOCKED) first = acquire_partial_row(p.locks, p.written, gi, &first_flag);
+    if (p.want_dw)
+        write_partial_row<ITEMS, VEC, LOCKED>(acc_w, row_dw, p.cols, tpr, group_sums, first);
+    if (p.want_db)
+        write_partial_row<ITEMS, VEC, LOCKED>(acc_b, row_db, p.cols, tpr, group_sums, first);
+    if (LOCKED) release_partial_row(p.locks, p.written, gi);
+}
+
+// Long rows: one block per row, streamed in two passes (sums, then dx). The block's partial row
+// is updated element by element in pass 2 (grid: a row it owns alone; locked: under the lock).
+template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
+__global__ void __launch_bounds__(512) norm_backward_looped_kernel(BackwardParams<T, W> p) {
+    __shared__ float scratch[32];
+    __shared__ int first_flag;
+    const long long step = (long long)blockDim.x * VEC;
+    const float inv_n = 1.0f / (float)p.cols;
+    for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        const long long base = row * p.cols;
+        const float mu = LAYER ? p.mean[row] : 0.0f;
+        const float rs = p.rstd[row];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
+            float xv[VEC], dyv[VEC], w[VEC], unused[VEC];
+            load_vec<T, VEC>(p.x + base + col, xv);
+            load_vec<T, VEC>(p.dy + base + col, dyv);
+            load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                float xh = (xv[k] - mu) * rs, g = w[k] * dyv[k];
+                s1 += xh * g;
+                s2 += g;
+            }
+        }
+        const float c1 = group_sum(s1, blockDim.x, scratch) * inv_n;
+        const float c2 = LAYER ? group_sum(s2, blockDim.x, scratch) * inv_n : 0.0f;
+        const bool partials = p.want_dw || p.want_db;
+        int gi = (int)(row % p.lock_rows);
+        bool first = row == blockIdx.x;  // grid: the first row this block handles
+        if (LOCKED && partials) first = acquire_partial_row(p.locks, p.written, gi, &first_flag);
+        float* row_dw = p.partial_dw + (LOCKED ? (long long)gi : (long long)blockIdx.x) * p.cols;
+        float* row_db = p.partial_db + (LOCKED ? (long long)gi : (long long)blockIdx.x) * p.cols;
+        for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
+            float xv[VEC], dyv[VEC], w[VEC], unused[VEC], out[VEC];
+            load_vec<T, VEC>(p.x + base + col, xv);
+            load_vec<T, VEC>(p.dy + base + col, dyv);
+            load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
+            float d[VEC] = {};
+            if (p.dh) load_vec<T, VEC>(p.dh + base + col, d);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                float xh = (xv[k] - mu) * rs, g = w[k] * dyv[k];
+                out[k] = (g - xh * c1 - c2) * rs + d[k];
+                if (LOCKED) {
+                    if (p.want_dw) locked_add(row_dw + col + k, dyv[k] * xh, first);
+                    if (p.want_db) locked_add(row_db + col + k, dyv[k], first);
+                } else {
+                    if (p.want_dw) row_dw[col + k] = (first ? 0.0f : row_dw[col + k]) + dyv[k] * xh;
+                    if (p.want_db) row_db[col + k] = (first ? 0.0f : row_db[col + k]) + dyv[k];
+                }
+            }
+            store_vec<T, VEC>(p.dx + base + col, out);
+        }
+        if (LOCKED && partials) release_partial_row(p.locks, p.written, gi);
+    }
+}
+
+// Column-parallel sum of R partial rows: block (32, 32) covers 32 columns, thread row ty adds
+// rows ty, ty + 32, ...; the 32 sums are then added in order. blockIdx.y: 0 for dw, 1 for db.
+template <typename W>
+__global__ void norm_partials_sum_kernel(const float* partial_dw, const float* partial_db, int R,
+                                         long long cols, W* dw, W* db, bool accumulate) {
+    __shared__ float tile[32][33];
+    const float* part = blockIdx.y == 0 ? partial_dw : partial_db;
+    W* out = blockIdx.y == 0 ? dw : db;
+    if (out == nullptr) return;
+    long long c = blockIdx.x * 32LL + threadIdx.x;
+    float s = 0.0f;
+    if (c < cols)
+        for (int r = threadIdx.y; r < R; r += 32) s += part[(long long)r * cols + c];
+    tile[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float total = 0.0f;
+#pragma unroll 8
+        for (int k = 0; k < 32; ++k) total += tile[k][threadIdx.x];
+        if (accumulate) total += to_float(out[c]);
+        out[c] = from_float<W>(total);
+    }
+}
+
+// Everything the host decides for one backward call.
+struct BackwardPlan {
+    RowLayout layout;
+    bool vector_ok = false;
+    NormReduction reduction = NormReduction::grid;
+    long long blocks = 0;      // grid size of the main kernel
+    int partial_rows = 0;      // R: P (grid) or G (locked)
+    std::size_t smem = 0;      // dynamic shared memory of the main kernel
+    bool partials = false;     // dw or db wanted
+};
+
+int lock_rows_for(long long cols) {
+    return cols <= 1024 ? 256 : cols <= 4096 ? 128 : cols <= 8192 ? 96 : 64;
+}
+
+std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
+
+BackwardPlan plan_backward(const NormBackwardArgs& a) {
+    BackwardPlan plan;
+    int eb = elem_bytes(a.x_type), wb = a.w_type == ScalarType::f32 ? 4 : 2;
+    int vec = 16 / eb;
+    plan.vector_ok = a.cols % vec == 0;
+    for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx})
+        plan.vector_ok = plan.vector_ok && aligned_to(ptr, 16);
+    plan.vector_ok = plan.vector_ok && aligned_to(a.weight, wb * vec);
+    plan.layout = row_layout(a.cols, eb, plan.vector_ok, kBackwardElems);
+    plan.reduction = a.reduction == NormReduction::automatic
+                         ? norm_pick_reduction(a.rows, a.cols, a.x_type)
+                         : a.reduction;
+    plan.partials = a.dweight != nullptr || a.dbias != nullptr;
+    const RowLayout& l = plan.layout;
+    long long groups = l.looped ? a.rows : (a.rows + l.rows_per_block() - 1) / l.rows_per_block();
+    if (plan.reduction == NormReduction::locked) {
+        plan.blocks = groups;
+        plan.partial_rows = (int)std::min<long long>(lock_rows_for(a.cols), std::max(1LL, groups));
+    } else {
+        long long per_sm = std::max(1, g_threads_per_sm / l.threads);
+        plan.blocks = std::min<long long>(groups, per_sm * device_info().sm_count);
+        plan.partial_rows = (int)std::max(1LL, plan.blocks);
+    }
+    if (!l.looped && l.rows_per_block() > 1 && plan.partials)
+        plan.smem = sizeof(float) * (std::size_t)l.rows_per_block() * (std::size_t)a.cols;
+    return plan;
+}
+
+template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
+void launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
+    const RowLayout& l = plan.layout;
+    unsigned blocks = (unsigned)std::max(1LL, plan.blocks);
+    if (l.looped) {
+        norm_backward_looped_kernel<T, W, VEC, LAYER, LOCKED><<<blocks, l.threads, 0, stream()>>>(p);
+    } else {
+        // Only the configurations row_layout can choose (at most kBackwardElems elements per
+        // thread) are instantiated: the larger ones would not fit in registers.
+        auto launch = [&](auto items_tag) {
+            constexpr int kItems = decltype(items_tag)::value;
+            if constexpr (kItems * VEC <= kBackwardElems)
+                norm_backward_kernel<T, W, VEC, kItems, LAYER, LOCKED>
+                    <<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr);
+        };
+        switch (l.items) {
+            case 1: launch(std::integral_constant<int, 1>{}); break;
+            case 2: launch(std::integral_constant<int, 2>{}); break;
+            case 4: launch(std::integral_constant<int, 4>{}); break;
+            default: launch(std::integral_constant<int, 8>{}); break;
+        }
+    }
+    FG_LAUNCH_CHECK();
+}
+
+template <typename T, typename W, int VEC, bool LAYER>
+void launch_backward_strategy(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
+    if (plan.reduction == NormReduction::locked) launch_backward<T, W, VEC, LAYER, true>(p, plan);
+    else launch_backward<T, W, VEC, LAYER, false>(p, plan);
+}
+
+template <typename T, typename W>
+void backward_typed(const NormBackwardArgs& a) {
+    BackwardPlan plan = plan_backward(a);
+    BackwardParams<T, W> p{};
+    p.rows = a.rows;
+    p.cols = a.cols;
+    p.zero_centered = a.zero_centered;
+    p.x = static_cast<const T*>(a.x);
+    p.dy = static_cast<const T*>(a.dy);
+    p.dh = static_cast<const T*>(a.dh);
+    p.weight = static_cast<const W*>(a.weight);
+    p.mean = a.mean;
+    p.rstd = a.rstd;
+    p.dx = static_cast<T*>(a.dx);
+    p.want_dw = a.dweight != nullptr;
+    p.want_db = a.dbias != nullptr;
+    p.lock_rows = plan.partial_rows;
+    if (plan.partials) {
+        char* ws = static_cast<char*>(a.workspace);
+        std::size_t part = round256(sizeof(float) * (std::size_t)plan.partial_rows * a.cols);
+        p.partial_dw = reinterpret_cast<float*>(ws);
+        p.partial_db = reinterpret_cast<float*>(ws + part);
+        p.locks = reinterpret_cast<int*>(ws + 2 * part);
+        p.written = p.locks + plan.partial_rows;
+        if (plan.reduction == NormReduction::locked)  // in-stream reset: graph-safe, no host sync
+            memset_device(p.locks, 0, 2 * sizeof(int) * plan.partial_rows);
+    }
+    constexpr int kVec = 16 / sizeof(T);
+    bool layer = a.kind == NormKind::layer;
+    if (plan.vector_ok) {
+        if (layer) launch_backward_strategy<T, W, kVec, true>(p, plan);
+        else launch_backward_strategy<T, W, kVec, false>(p, plan);
+    } else {
+        if (layer) launch_backward_strategy<T, W, 1, true>(p, plan);
+        else launch_backward_strategy<T, W, 1, false>(p, plan);
+    }
+    if (plan.partials) {
+        dim3 grid((unsigned)((a.cols + 31) / 32), 2);
+        norm_partials_sum_kernel<W><<<grid, dim3(32, 32), 0, stream()>>>(
+            p.partial_dw, p.partial_db, plan.partial_rows, a.cols, static_cast<W*>(a.dweight),
+            static_cast<W*>(a.dbias), a.accumulate);
+        FG_LAUNCH_CHECK();
+    }
+}
+
+template <typename T>
+void backward_weight(const NormBackwardArgs& a) {
+    if (a.w_type == ScalarType::f32) backward_typed<T, float>(a);
+    else backward_typed<T, T>(a);
+}
+
+// dw / db of zero rows: zero (or unchanged when accumulating).
+void zero_gradients(const NormBackwardArgs& a) {
+    if (a.accumulate) return;
+    if (a.dweight) fill(a.dweight, a.w_type, 0.0, a.cols);
+    if (a.dbias) fill(a.dbias, a.w_type, 0.0, a.cols);
+}
+
+}  // namespace
+
+const char* norm_reduction_name(NormReduction r) {
+    switch (r) {
+        case NormReduction::locked: return "locked";
+        case NormReduction::grid: return "grid";
+        default: return "auto";
+    }
+}
+
+NormReduction norm_pick_reduction(long long, long long, ScalarType) {
+    return NormReduction::grid;  // measured faster at every benchmarked shape (docs/norms.md)
+}
+
+std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& a) {
+    if (a.rows == 0 || a.cols == 0) return 0;
+    BackwardPlan plan = plan_backward(a);
+    if (!plan.partials) return 0;
+    return 2 * round256(sizeof(float) * (std::size_t)plan.partial_rows * a.cols) +
+           round256(2 * sizeof(int) * plan.partial_rows);
+}
+
+void norm_backward(const NormBackwardArgs& a) {
+    if (a.cols == 0) return;
+    if (a.rows == 0) {
+        zero_gradients(a);
+        return;
+    }
+    switch (a.x_type) {
+        case ScalarType::f32: backward_typed<float, float>(a); break;
+        case ScalarType::bf16: backward_weight<__nv_bfloat16>(a); break;
+        case ScalarType::f16: backward_weight<__half>(a); break;
+        default: throw CudaError("[norm] unsupported dtype for the norm kernels");
+    }
+}
+
+}  // namespace fg::kernels

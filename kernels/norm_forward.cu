@@ -1,0 +1,213 @@
+// kernels/norm_forward.cu: RMSNorm / LayerNorm forward (math in norm.h).
+// One pass over x in registers: load the row (adding the residual and writing h if fused), reduce
+// the statistics over the row's threads, write y. Rows too long for registers take the looped
+// kernel, which reads the row three times (the 2nd and 3rd mostly from L2).
+#include <type_traits>
+
+#include "norm_common.cuh"
+#include "runtime.h"
+
+namespace fg::kernels {
+namespace {
+
+using namespace norm_detail;
+
+constexpr int kForwardElems = 32;  // register budget: elements of x per thread
+
+template <typename T, typename W>
+struct ForwardParams {
+    long long rows, cols;
+    float eps;
+    bool zero_centered;
+    const T* x;
+    const T* residual;
+    T* h_out;
+    const W* weight;
+    const W* bias;
+    T* y;
+    float* mean;
+    float* rstd;
+};
+
+// Loads x (+ residual, rounded to T and stored as h) for one vector.
+template <typename T, typename W, int VEC>
+__device__ __forceinline__ void load_input(const ForwardParams<T, W>& p, long long offset,
+                                           float (&v)[VEC]) {
+    load_vec<T, VEC>(p.x + offset, v);
+    if (p.residual) {
+        float r[VEC];
+        load_vec<T, VEC>(p.residual + offset, r);
+        Pack<T, VEC> h;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            h.v[k] = from_float<T>(v[k] + r[k]);
+            v[k] = to_float(h.v[k]);  // normalise exactly the h that is returned
+        }
+        *reinterpret_cast<Pack<T, VEC>*>(p.h_out + offset) = h;
+    }
+}
+
+template <typename T, typename W, int VEC, int ITEMS, bool LAYER>
+__global__ void __launch_bounds__(512)
+    norm_forward_kernel(ForwardParams<T, W> p, int tpr) {
+    __shared__ float scratch[32];
+    const int lane = threadIdx.x % tpr;
+    const long long row = (long long)blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const bool active = row < p.rows;
+    const long long base = row * p.cols;
+    float v[ITEMS][VEC];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        long long col = ((long long)i * tpr + lane) * VEC;
+        if (active && col < p.cols) {
+            load_input<T, W, VEC>(p, base + col, v[i]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) v[i][k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) s += LAYER ? v[i][k] : v[i][k] * v[i][k];
+    }
+    const float inv_n = 1.0f / (float)p.cols;
+    float mu = 0.0f, var;
+    if (LAYER) {
+        mu = group_sum(s, tpr, scratch) * inv_n;
+        float q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            long long col = ((long long)i * tpr + lane) * VEC;
+            if (col < p.cols) {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) q += (v[i][k] - mu) * (v[i][k] - mu);
+            }
+        }
+        var = group_sum(q, tpr, scratch) * inv_n;
+    } else {
+        var = group_sum(s, tpr, scratch) * inv_n;
+    }
+    const float rstd = 1.0f / sqrtf(var + p.eps);
+    if (!active) return;
+    if (lane == 0 && p.rstd) {
+        p.rstd[row] = rstd;
+        if (LAYER) p.mean[row] = mu;
+    }
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        long long col = ((long long)i * tpr + lane) * VEC;
+        if (col >= p.cols) continue;
+        float w[VEC], b[VEC], out[VEC];
+        load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, col, w, b);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = (v[i][k] - mu) * rstd * w[k] + b[k];
+        store_vec<T, VEC>(p.y + base + col, out);
+    }
+}
+
+// Long rows: one block per row, the row streamed in chunks of threads * VEC.
+template <typename T, typename W, int VEC, bool LAYER>
+__global__ void __launch_bounds__(512) norm_forward_looped_kernel(ForwardParams<T, W> p) {
+    __shared__ float scratch[32];
+    const long long row = blockIdx.x;
+    const long long base = row * p.cols;
+    const long long step = (long long)blockDim.x * VEC;
+    const T* src = p.residual ? p.h_out : p.x;  // after the first pass, read h back
+    float s = 0.0f;
+    for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
+        float v[VEC];
+        load_input<T, W, VEC>(p, base + col, v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) s += LAYER ? v[k] : v[k] * v[k];
+    }
+    const float inv_n = 1.0f / (float)p.cols;
+    float mu = 0.0f, var;
+    if (LAYER) {
+        mu = group_sum(s, blockDim.x, scratch) * inv_n;
+        float q = 0.0f;
+        for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
+            float v[VEC];
+            load_vec<T, VEC>(src + base + col, v);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) q += (v[k] - mu) * (v[k] - mu);
+        }
+        var = group_sum(q, blockDim.x, scratch) * inv_n;
+    } else {
+        var = group_sum(s, blockDim.x, scratch) * inv_n;
+    }
+    const float rstd = 1.0f / sqrtf(var + p.eps);
+    if (threadIdx.x == 0 && p.rstd) {
+        p.rstd[row] = rstd;
+        if (LAYER) p.mean[row] = mu;
+    }
+    for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
+        float v[VEC], w[VEC], b[VEC], out[VEC];
+        load_vec<T, VEC>(src + base + col, v);
+        load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, col, w, b);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = (v[k] - mu) * rstd * w[k] + b[k];
+        store_vec<T, VEC>(p.y + base + col, out);
+    }
+}
+
+template <typename T, typename W, int VEC, bool LAYER>
+void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
+    if (l.looped) {
+        norm_forward_looped_kernel<T, W, VEC, LAYER><<<(unsigned)p.rows, l.threads, 0, stream()>>>(p);
+    } else {
+        unsigned blocks = (unsigned)((p.rows + l.rows_per_block() - 1) / l.rows_per_block());
+        auto launch = [&](auto items_tag) {  // only what row_layout can choose is instantiated
+            constexpr int kItems = decltype(items_tag)::value;
+            if constexpr (kItems * VEC <= kForwardElems)
+                norm_forward_kernel<T, W, VEC, kItems, LAYER><<<blocks, l.threads, 0, stream()>>>(p, l.tpr);
+        };
+        switch (l.items) {
+            case 1: launch(std::integral_constant<int, 1>{}); break;
+            case 2: launch(std::integral_constant<int, 2>{}); break;
+            case 4: launch(std::integral_constant<int, 4>{}); break;
+            default: launch(std::integral_constant<int, 8>{}); break;
+        }
+    }
+    FG_LAUNCH_CHECK();
+}
+
+template <typename T, typename W>
+void forward_typed(const NormForwardArgs& a) {
+    ForwardParams<T, W> p{a.rows, a.cols, a.eps, a.zero_centered,
+                          static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
+                          static_cast<T*>(a.h_out), static_cast<const W*>(a.weight),
+                          static_cast<const W*>(a.bias), static_cast<T*>(a.y), a.mean, a.rstd};
+    constexpr int kVec = 16 / sizeof(T);
+    bool vector_ok = a.cols % kVec == 0;
+    for (const void* ptr : {a.x, a.residual, (const void*)a.h_out, (const void*)a.y})
+        vector_ok = vector_ok && aligned_to(ptr, 16);
+    for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
+    RowLayout l = row_layout(a.cols, sizeof(T), vector_ok, kForwardElems);
+    bool layer = a.kind == NormKind::layer;
+    if (vector_ok) {
+        if (layer) launch_forward<T, W, kVec, true>(p, l);
+        else launch_forward<T, W, kVec, false>(p, l);
+    } else {
+        if (layer) launch_forward<T, W, 1, true>(p, l);
+        else launch_forward<T, W, 1, false>(p, l);
+    }
+}
+
+template <typename T>
+void forward_weight(const NormForwardArgs& a) {
+    if (a.w_type == ScalarType::f32) forward_typed<T, float>(a);
+    else forward_typed<T, T>(a);
+}
+
+}  // namespace
+
+void norm_forward(const NormForwardArgs& a) {
+    if (a.rows == 0 || a.cols == 0) return;
+    switch (a.x_type) {
+        case ScalarType::f32: forward_typed<float, float>(a); break;
+        case ScalarType::bf16: forward_weight<__nv_bfloat16>(a); break;
+        case ScalarType::f16: forward_weight<__half>(a); break;
+        default: throw CudaError("[norm] unsupported dtype for the norm kernels");
+    }
+}
+
+}  // namespace fg::kernels

@@ -1,0 +1,52 @@
+// layers/module.cpp: see module.h.
+#include "module.h"
+
+#include "core/autograd.h"
+
+namespace fg {
+
+void Module::register_parameter(const std::string& name, Tensor* param) {
+    params_.emplace_back(name, param);
+}
+
+void Module::register_module(const std::string& name, Module* child) {
+    children_.emplace_back(name, child);
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) {
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (auto& [name, p] : params_)
+        if (p->defined()) out.emplace_back(prefix + name, p);
+    for (auto& [name, child] : children_) {
+        auto sub = child->named_parameters(prefix + name + ".");
+        out.insert(out.end(), sub.begin(), sub.end());
+    }
+    return out;
+}
+
+std::vector<Tensor*> Module::parameters() {
+    std::vector<Tensor*> out;
+    for (auto& [name, p] : named_parameters()) out.push_back(p);
+    return out;
+}
+
+void Module::zero_grad() {
+    for (Tensor* p : parameters()) p->zero_grad();
+}
+
+void Module::to(Device device) {
+    NoGradGuard no_grad;
+    for (Tensor* p : parameters()) {
+        if (p->device() == device) continue;
+        bool grad = p->requires_grad();
+        *p = p->to(device).detach();
+        p->set_requires_grad(grad);
+    }
+}
+
+void Module::train(bool on) {
+    training_ = on;
+    for (auto& [name, child] : children_) child->train(on);
+}
+
+}  // namespace fg
