@@ -31,12 +31,18 @@ public:
     Timer(const Timer&) = delete;
     Timer& operator=(const Timer&) = delete;
 
-    // Median milliseconds of `reps` runs of fn, after `warmup` untimed runs.
-    double median_ms(const std::function<void()>& fn, int reps = 30, int warmup = 3) {
+    // Median milliseconds of `reps` runs of fn, after `warmup` untimed runs. `setup`, when given,
+    // runs before each repetition, outside the timed region (e.g. building a graph to backprop).
+    double median_ms(const std::function<void()>& fn, int reps = 30, int warmup = 3,
+                     const std::function<void()>& setup = nullptr) {
         cudaStream_t s = kernels::stream();
-        for (int i = 0; i < warmup; ++i) fn();
+        for (int i = 0; i < warmup; ++i) {
+            if (setup) setup();
+            fn();
+        }
         std::vector<float> times;
         for (int i = 0; i < reps; ++i) {
+            if (setup) setup();
             FG_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xff, flush_bytes_, s));
             FG_CUDA_CHECK(cudaEventRecord(start_, s));
             fn();

@@ -41,6 +41,7 @@ public:
     virtual void binary_f32(kernels::BinaryOp op, const float* a, kernels::Broadcast sa,
                             const float* b, kernels::Broadcast sb, float* out, long long n) = 0;
     virtual void scale_f32(const float* x, float alpha, float* y, long long n) = 0;
+    virtual void rsqrt_f32(const float* x, float* y, long long n) = 0;
     virtual void gelu_forward_f32(const float* x, float* y, long long n) = 0;
     virtual void gelu_backward_f32(const float* x, const float* dy, float* dx, long long n) = 0;
     virtual void dropout_f32(const float* in, float* out, long long n, float p,

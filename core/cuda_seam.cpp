@@ -60,6 +60,7 @@ public:
     void scale_f32(const float* x, float alpha, float* y, long long n) override {
         k::scale_f32(x, alpha, y, n);
     }
+    void rsqrt_f32(const float* x, float* y, long long n) override { k::rsqrt_f32(x, y, n); }
     void gelu_forward_f32(const float* x, float* y, long long n) override {
         k::gelu_forward_f32(x, y, n);
     }

@@ -19,6 +19,7 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double alpha);  // alpha * x
+Tensor rsqrt(const Tensor& x);                // 1 / sqrt(x)
 // In place, not recorded: dst += src (same shape). For gradient accumulation and optimizers.
 void add_(Tensor& dst, const Tensor& src);
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

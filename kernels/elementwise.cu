@@ -68,6 +68,13 @@ __global__ void scale_kernel(const float* x, float alpha, float* y, long long n)
     }
 }
 
+__global__ void rsqrt_kernel(const float* x, float* y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        y[i] = 1.0f / sqrtf(x[i]);  // IEEE sqrt and divide, like the CPU
+    }
+}
+
 // Phi(x) = 0.5 (1 + erf(x / sqrt 2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 __device__ __forceinline__ float gelu_grad(float x) {
@@ -210,6 +217,12 @@ void scale_f32(const float* x, float alpha, float* y, long long n) {
     } else {
         scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, alpha, y, n);
     }
+    FG_LAUNCH_CHECK();
+}
+
+void rsqrt_f32(const float* x, float* y, long long n) {
+    if (n == 0) return;
+    rsqrt_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, y, n);
     FG_LAUNCH_CHECK();
 }
 

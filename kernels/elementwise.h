@@ -23,6 +23,8 @@ void binary_f32(BinaryOp op, const float* a, Broadcast a_shape, const float* b,
                 Broadcast b_shape, float* out, long long n);
 // y[i] = alpha * x[i]
 void scale_f32(const float* x, float alpha, float* y, long long n);
+// y[i] = 1 / sqrt(x[i])
+void rsqrt_f32(const float* x, float* y, long long n);
 // GELU, exact erf form: y = x * Phi(x), dx = dy * (Phi(x) + x * phi(x)).
 void gelu_forward_f32(const float* x, float* y, long long n);
 void gelu_backward_f32(const float* x, const float* dy, float* dx, long long n);

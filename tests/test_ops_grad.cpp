@@ -48,6 +48,9 @@ TEST_CASE("broadcast results are right", "[ops]") {
 TEST_CASE("scale, gelu, dropout: gradients", "[ops][grad]") {
     auto x = random_f64({random_dim(1, 5), random_dim(1, 9)});
     check_gradients([](auto& in) { return scale(in[0], -1.7); }, {x});
+    auto positive = add(mul(x.detach(), x.detach()), Tensor::full({}, 0.5, DType::f64));
+    positive.set_requires_grad(true);
+    check_gradients([](auto& in) { return rsqrt(in[0]); }, {positive});
     check_gradients([](auto& in) { return gelu(in[0]); }, {x});
     check_gradients(
         [](auto& in) {

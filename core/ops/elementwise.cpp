@@ -3,9 +3,11 @@
 //   y = a - b:  da = sum_to(g, a.shape),      db = -sum_to(g, b.shape)
 //   y = a * b:  da = sum_to(g * b, a.shape),  db = sum_to(g * a, b.shape)
 //   y = alpha x: dx = alpha g
+//   y = 1 / sqrt(x): dx = -g y^3 / 2
 // Broadcasting: shapes right-aligned, NumPy rules; the smaller operand's non-1 dims must be one
 // contiguous block of the output's (bias (C) over (B, T, C); row statistic (R, 1) over (R, C)).
 #include <algorithm>
+#include <cmath>
 
 #include "op_utils.h"
 
@@ -195,6 +197,28 @@ Tensor scale(const Tensor& x, double alpha) {
     }
     return record("scale", {x}, out, [alpha](const Tensor& g) -> std::vector<Tensor> {
         return {scale(g, alpha)};
+    });
+}
+
+Tensor rsqrt(const Tensor& x) {
+    check_defined("rsqrt", x, "input");
+    check_arithmetic_dtype("rsqrt", x);
+    Tensor y = empty_like(x);
+    std::int64_t n = x.numel();
+    if (x.is_cuda()) {
+        cuda_backend("rsqrt").rsqrt_f32(x.data<float>(), y.data<float>(), n);
+    } else {
+        dispatch_float(x.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            const T* src = static_cast<const T*>(x.raw_data());
+            T* dst = static_cast<T*>(y.raw_data());
+            for (std::int64_t i = 0; i < n; ++i) dst[i] = T(1) / std::sqrt(src[i]);
+        });
+    }
+    Tensor saved = y.detach();
+    return record("rsqrt", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {
+        Tensor y3 = binary_raw("rsqrt", BinaryOp::mul, binary_raw("rsqrt", BinaryOp::mul, saved, saved), saved);
+        return {scale(binary_raw("rsqrt", BinaryOp::mul, g, y3), -0.5)};
     });
 }
 

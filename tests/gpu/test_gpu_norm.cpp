@@ -1,0 +1,270 @@
+// tests/gpu/test_gpu_norm.cpp: the fused norm kernels against the float64 CPU reference.
+// For RMSNorm and LayerNorm, x in f32, bf16 and f16, weights in f32 or x's dtype, with and
+// without bias / fused residual / zero-centred weight, eps in {1e-6, 1e-5, 1e-2}, over
+// M in {1, 37, 199, 4096, 65536} x N in {1, 7, 384, 1000, 2000, 4096, 4097, 8192, 65536}
+// (pairs with M * N <= 2^26), each case backpropagated with both dw/db strategies. Inputs are
+// rounded to their dtype first, so the reference sees exactly what the kernel sees; outputs are
+// poisoned (NaN) before the kernels run. Then: strategy (b) is bitwise repeatable, strategy (a)
+// agrees with it within fp32 rounding over many runs (a race would move the error), misaligned
+// and empty inputs.
+//
+// FG_NORM_TEST_MAX_ELEMS (environment) caps M * N, for compute-sanitizer runs.
+#include <cstdlib>
+
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "layers/norm.h"
+#include "../test_helpers.h"
+
+using namespace fg;
+using kernels::NormKind;
+using test::rel_error;
+
+namespace {
+
+const std::vector<std::int64_t> kM{1, 37, 199, 4096, 65536};
+const std::vector<std::int64_t> kN{1, 7, 384, 1000, 2000, 4096, 4097, 8192, 65536};
+const std::vector<double> kEps{1e-6, 1e-5, 1e-2};
+
+std::int64_t max_elems() {
+    const char* cap = std::getenv("FG_NORM_TEST_MAX_ELEMS");
+    return cap ? std::atoll(cap) : (std::int64_t(1) << 26);
+}
+
+struct Case {
+    NormKind kind;
+    DType x_type, w_type;
+    bool weight, bias, residual, zero_centered;
+    double eps;
+    std::int64_t m, n;
+
+    std::string describe() const {
+        return std::string(kind == NormKind::rms ? "rmsnorm" : "layernorm") + " x " +
+               dtype_name(x_type) + " w " + dtype_name(w_type) + " weight " +
+               std::to_string(weight) + " bias " + std::to_string(bias) + " residual " +
+               std::to_string(residual) + " zc " + std::to_string(zero_centered) + " eps " +
+               std::to_string(eps) + " M " + std::to_string(m) + " N " + std::to_string(n);
+    }
+};
+
+// Tolerance for comparing a result stored in dtype t with the float64 reference (norm-wise).
+double tol_for(DType t) {
+    return t == DType::f32 ? 2e-5 : t == DType::bf16 ? 8e-3 : 1.5e-3;
+}
+
+// A host tensor of random values already rounded to `t` (returned as f32 on the CPU).
+Tensor rounded(const Shape& shape, DType t, float mean = 0.0f, float stddev = 1.0f) {
+    Tensor v = randn(shape, Device::cpu, &test::test_generator(), mean, stddev);
+    return v.to(t).to(DType::f32);
+}
+
+struct Inputs {
+    Tensor x, r, w, b, dy, dh;  // f32 host tensors holding dtype-exact values
+};
+
+Inputs make_inputs(const Case& c) {
+    Inputs in;
+    in.x = rounded({c.m, c.n}, c.x_type, 0.5f, 2.0f);  // a nonzero mean: LayerNorm must remove it
+    in.r = rounded({c.m, c.n}, c.x_type);
+    in.w = rounded({c.n}, c.w_type, c.zero_centered ? 0.0f : 1.0f, 0.3f);
+    in.b = rounded({c.n}, c.w_type, 0.0f, 0.3f);
+    in.dy = rounded({c.m, c.n}, c.x_type);
+    in.dh = rounded({c.m, c.n}, c.x_type);
+    return in;
+}
+
+struct Outputs {
+    Tensor y, h, dx, dr, dw, db;
+};
+
+// Runs forward and backward on one device/dtype; grads of L = sum(y * dy) + sum(h * dh).
+Outputs run(const Case& c, const Inputs& in, Device device, DType x_type, DType w_type,
+            NormReduction reduction) {
+    auto prep = [&](const Tensor& t, DType type, bool grad) {
+        Tensor out = t.to(type).to(device).detach();
+        if (grad) out.set_requires_grad(true);
+        return out;
+    };
+    Tensor x = prep(in.x, x_type, true);
+    Tensor r = c.residual ? prep(in.r, x_type, true) : Tensor();
+    Tensor w = c.weight ? prep(in.w, w_type, true) : Tensor();
+    Tensor b = c.bias ? prep(in.b, w_type, true) : Tensor();
+    NormOptions o;
+    o.eps = c.eps;
+    o.zero_centered = c.zero_centered;
+    o.reduction = reduction;
+    Outputs out;
+    if (c.residual) {
+        NormResidualResult res = c.kind == NormKind::rms ? rms_norm_residual(x, r, w, b, o)
+                                                         : layer_norm_residual(x, r, w, b, o);
+        out.y = res.y;
+        out.h = res.h;
+    } else {
+        out.y = c.kind == NormKind::rms ? rms_norm(x, w, b, o) : layer_norm(x, w, b, o);
+    }
+    DType acc = device == Device::cpu ? DType::f64 : DType::f32;
+    auto dot = [&](const Tensor& t, const Tensor& g) {
+        return sum(mul(cast(t, acc), g.to(acc).to(device)));
+    };
+    Tensor loss = dot(out.y, in.dy);
+    if (c.residual) loss = add(loss, dot(out.h, in.dh));
+    loss.backward();
+    out.dx = x.grad();
+    if (c.residual) out.dr = r.grad();
+    if (c.weight) out.dw = w.grad();
+    if (c.bias) out.db = b.grad();
+    return out;
+}
+
+void compare(const char* what, const Tensor& gpu, const Tensor& ref, double tol) {
+    INFO(what);
+    REQUIRE(gpu.defined() == ref.defined());
+    if (!gpu.defined()) return;
+    REQUIRE(gpu.is_cuda());
+    CHECK(rel_error(gpu.to_vector<double>(), ref.to_vector<double>()) <= tol);
+}
+
+// The reference once, then both strategies on the GPU against it.
+void check_case(const Case& c) {
+    INFO(c.describe());
+    Inputs in = make_inputs(c);
+    Outputs ref = run(c, in, Device::cpu, DType::f64, DType::f64, NormReduction::automatic);
+    double tx = tol_for(c.x_type), tw = tol_for(c.w_type);
+    for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
+        INFO("reduction " << kernels::norm_reduction_name(red));
+        Outputs g = run(c, in, Device::cuda, c.x_type, c.w_type, red);
+        compare("y", g.y, ref.y, tx);
+        compare("h", g.h, ref.h, tx);
+        compare("dx", g.dx, ref.dx, tx);
+        compare("dresidual", g.dr, ref.dr, tx);
+        compare("dw", g.dw, ref.dw, std::max(tw, 1e-4));
+        compare("db", g.db, ref.db, std::max(tw, 1e-4));
+    }
+}
+
+// Every (M, N) pair of the grid, each with two option sets; the option sets and eps cycle so that
+// every combination meets many shapes.
+void check_grid(NormKind kind, DType x_type) {
+    REQUIRE(cuda_is_available());
+    int k = 0;
+    for (std::int64_t m : kM) {
+        for (std::int64_t n : kN) {
+            if (m * n > max_elems()) continue;
+            for (int twice = 0; twice < 2; ++twice, ++k) {
+                int bits = (k * 5 + static_cast<int>(kind) * 3) % 16;
+                Case c{kind, x_type, (bits & 8) && x_type != DType::f32 ? x_type : DType::f32,
+                       true, (bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0,
+                       kEps[k % 3], m, n};
+                if (k % 7 == 6) c.weight = c.zero_centered = false;  // now and then, no weight
+                check_case(c);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("rmsnorm f32 over the M x N grid", "[gpu][norm]") { check_grid(NormKind::rms, DType::f32); }
+TEST_CASE("rmsnorm bf16 over the M x N grid", "[gpu][norm]") { check_grid(NormKind::rms, DType::bf16); }
+TEST_CASE("rmsnorm f16 over the M x N grid", "[gpu][norm]") { check_grid(NormKind::rms, DType::f16); }
+TEST_CASE("layernorm f32 over the M x N grid", "[gpu][norm]") { check_grid(NormKind::layer, DType::f32); }
+TEST_CASE("layernorm bf16 over the M x N grid", "[gpu][norm]") { check_grid(NormKind::layer, DType::bf16); }
+TEST_CASE("layernorm f16 over the M x N grid", "[gpu][norm]") { check_grid(NormKind::layer, DType::f16); }
+
+TEST_CASE("every option combination on small shapes", "[gpu][norm]") {
+    REQUIRE(cuda_is_available());
+    for (NormKind kind : {NormKind::rms, NormKind::layer})
+        for (DType xt : {DType::f32, DType::bf16, DType::f16})
+            for (DType wt : {DType::f32, xt})
+                for (int bits = 0; bits < 16; ++bits)
+                    for (std::int64_t n : {7, 1000, 4097}) {
+                        bool weight = (bits & 8) != 0;
+                        bool zc = (bits & 4) != 0 && weight;
+                        check_case(Case{kind, xt, wt, weight, (bits & 1) != 0, (bits & 2) != 0,
+                                        zc, kEps[bits % 3], 37, n});
+                        if (wt == DType::f32 && xt == DType::f32) break;  // one weight type
+                    }
+}
+
+TEST_CASE("strategy (b) is bitwise repeatable; (a) agrees within fp32 rounding", "[gpu][norm]") {
+    REQUIRE(cuda_is_available());
+    struct Shape2 {
+        std::int64_t m, n;
+    };
+    std::vector<Shape2> shapes{{65536, 384}, {4096, 4096}, {199, 65536}, {37, 7}};
+    for (const Shape2& s : shapes) {
+        if (s.m * s.n > max_elems()) continue;
+        for (NormKind kind : {NormKind::rms, NormKind::layer}) {
+            Case c{kind, DType::bf16, DType::f32, true, true, false, false, 1e-5, s.m, s.n};
+            INFO(c.describe());
+            Inputs in = make_inputs(c);
+            Outputs first = run(c, in, Device::cuda, c.x_type, c.w_type, NormReduction::grid);
+            std::vector<float> dw_b = first.dw.to_vector<float>(), db_b = first.db.to_vector<float>();
+            for (int rep = 0; rep < 10; ++rep) {
+                Outputs again = run(c, in, Device::cuda, c.x_type, c.w_type, NormReduction::grid);
+                REQUIRE(again.dw.to_vector<float>() == dw_b);
+                REQUIRE(again.db.to_vector<float>() == db_b);
+            }
+            std::vector<double> dwb(dw_b.begin(), dw_b.end()), dbb(db_b.begin(), db_b.end());
+            double worst = 0.0;
+            for (int rep = 0; rep < 30; ++rep) {
+                Outputs a = run(c, in, Device::cuda, c.x_type, c.w_type, NormReduction::locked);
+                worst = std::max({worst, rel_error(a.dw.to_vector<double>(), dwb),
+                                  rel_error(a.db.to_vector<double>(), dbb)});
+            }
+            INFO("largest (a) vs (b) difference over 30 runs: " << worst);
+            CHECK(worst <= 2e-6);
+        }
+    }
+}
+
+TEST_CASE("misaligned inputs take the scalar path and stay right", "[gpu][norm]") {
+    REQUIRE(cuda_is_available());
+    for (std::int64_t n : {384, 4096}) {
+        const std::int64_t m = 33;
+        Tensor flat = rounded({m * n + 1}, DType::bf16).to(DType::bf16).to(Device::cuda);
+        Tensor x = flat.slice(1, m * n + 1).reshape({m, n}).detach().set_requires_grad(true);
+        Tensor w = Tensor::ones({n}, DType::f32, Device::cuda).set_requires_grad(true);
+        Tensor y = rms_norm(x, w);
+        Tensor ref_x = x.to(Device::cpu).to(DType::f64);
+        Tensor ref = rms_norm(ref_x, Tensor::ones({n}, DType::f64));
+        CHECK(rel_error(y.to_vector<double>(), ref.to_vector<double>()) <= tol_for(DType::bf16));
+        Tensor g = rounded({m, n}, DType::bf16).to(DType::bf16).to(Device::cuda);
+        y.backward(g);
+        REQUIRE(x.grad().defined());
+        for (float v : x.grad().to_vector<float>()) REQUIRE(std::isfinite(v));
+    }
+}
+
+TEST_CASE("zero rows are a no-op; no grad means no statistics", "[gpu][norm]") {
+    REQUIRE(cuda_is_available());
+    Tensor x = Tensor::zeros({0, 64}, DType::f32, Device::cuda).set_requires_grad(true);
+    Tensor w = Tensor::ones({64}, DType::f32, Device::cuda).set_requires_grad(true);
+    Tensor y = layer_norm(x, w);
+    REQUIRE(y.numel() == 0);
+    y.backward(Tensor::zeros({0, 64}, DType::f32, Device::cuda));
+    for (float v : w.grad().to_vector<float>()) REQUIRE(v == 0.0f);
+    Tensor a = rounded({5, 64}, DType::f32).to(Device::cuda);
+    Tensor with_grad_off;
+    {
+        NoGradGuard guard;
+        with_grad_off = rms_norm(a, w);
+        REQUIRE_FALSE(with_grad_off.requires_grad());
+    }
+    Tensor with_grad_on = rms_norm(a, w);
+    REQUIRE(with_grad_off.to_vector<float>() == with_grad_on.to_vector<float>());
+}
+
+TEST_CASE("norm layers on the GPU", "[gpu][norm]") {
+    REQUIRE(cuda_is_available());
+    NormConfig cfg;
+    cfg.dim = 384;
+    cfg.bias = true;
+    cfg.device = Device::cuda;
+    cfg.reduction = NormReduction::locked;
+    LayerNorm ln(cfg);
+    Tensor x = rounded({64, 384}, DType::f32).to(Device::cuda);
+    sum(ln.forward(x)).backward();
+    REQUIRE(ln.weight.grad().is_cuda());
+    REQUIRE(ln.bias.grad().to_vector<float>()[0] == Approx(64.0f));
+}

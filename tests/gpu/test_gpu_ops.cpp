@@ -88,6 +88,9 @@ TEST_CASE("elementwise ops and broadcasting match the CPU", "[gpu]") {
                               {a, scalar});
             check_against_cpu("scale " + s, [](auto& in) { return scale(in[0], 0.3); }, {a});
             check_against_cpu("gelu " + s, [](auto& in) { return gelu(in[0]); }, {a}, 1e-5);
+            check_against_cpu("rsqrt " + s,
+                              [](auto& in) { return rsqrt(add(mul(in[0], in[0]), in[1])); },
+                              {a, Tensor::full({}, 0.5)}, 1e-5);
         }
     }
 }

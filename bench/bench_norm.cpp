@@ -1,0 +1,164 @@
+// bench/bench_norm.cpp: the fused norm kernels on the shapes of KERNELS.md, beside the copy
+// bandwidth of the same run and beside the same math built from fusegrad's unfused ops.
+//   fwd        fused forward (y and the statistics a backward needs)
+//   bwd grid   fused backward, strategy (b): dx, dw (and db) through persistent-grid partials
+//   bwd locked fused backward, strategy (a): lock-guarded partial rows
+//   unfused    the same math from fusegrad ops (f32 ops; bf16 inputs cast in and out), forward,
+//              and backward through autograd
+// Bytes counted (KERNELS.md): forward 2 M N s, backward 3 M N s, s the element size; weights,
+// statistics and partial rows are overhead the kernel has to hide. LayerNorm has weight and bias,
+// RMSNorm a weight; weights f32.
+// Usage: bench_norm [--json PATH] [--quick]
+#include <cstring>
+
+#include "bench_common.h"
+#include "core/autograd.h"
+#include "core/cuda_backend.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "kernels/norm.h"
+
+using namespace fg;
+using bench::Row;
+using kernels::NormKind;
+
+namespace {
+
+struct NormShape {
+    std::int64_t m, n;
+};
+
+kernels::ScalarType scalar(DType t) { return static_cast<kernels::ScalarType>(t); }
+
+// The same math from unfused fusegrad ops (f32), x (M, N) -> y.
+Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor eps = Tensor::full({}, 1e-5, DType::f32, Device::cuda);
+    std::int64_t m = x.size(0);
+    if (kind == NormKind::rms) {
+        Tensor ms = mean_last(mul(x, x)).reshape({m, 1});
+        return mul(mul(x, rsqrt(add(ms, eps))), w);
+    }
+    Tensor xc = sub(x, mean_last(x).reshape({m, 1}));
+    Tensor var = mean_last(mul(xc, xc)).reshape({m, 1});
+    return add(mul(mul(xc, rsqrt(add(var, eps))), w), b);
+}
+
+std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind, DType dt,
+                             NormShape s) {
+    const char* kname = kind == NormKind::rms ? "rmsnorm" : "layernorm";
+    const double elem = static_cast<double>(dtype_size(dt));
+    const double fwd_bytes = 2.0 * s.m * s.n * elem, bwd_bytes = 3.0 * s.m * s.n * elem;
+    char shape[48];
+    std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.m, (long long)s.n);
+    std::string prefix = std::string(kname) + " " + dtype_name(dt) + " ";
+
+    Tensor x = randn({s.m, s.n}, Device::cuda).to(dt);
+    Tensor dy = randn({s.m, s.n}, Device::cuda).to(dt);
+    Tensor w = randn({s.n}, Device::cuda, nullptr, 1.0f, 0.1f);
+    Tensor b = randn({s.n}, Device::cuda, nullptr, 0.0f, 0.1f);
+    Tensor y = Tensor::empty({s.m, s.n}, dt, Device::cuda), dx = Tensor::empty({s.m, s.n}, dt, Device::cuda);
+    Tensor mean = Tensor::empty({s.m}, DType::f32, Device::cuda), rstd = Tensor::empty({s.m}, DType::f32, Device::cuda);
+    Tensor dw = Tensor::empty({s.n}, DType::f32, Device::cuda), db = Tensor::empty({s.n}, DType::f32, Device::cuda);
+    bool layer = kind == NormKind::layer;
+    CudaBackend& cuda = cuda_backend("bench");
+
+    kernels::NormForwardArgs f;
+    f.kind = kind;
+    f.x_type = scalar(dt);
+    f.w_type = kernels::ScalarType::f32;
+    f.rows = s.m;
+    f.cols = s.n;
+    f.x = x.raw_data();
+    f.weight = w.raw_data();
+    f.bias = layer ? b.raw_data() : nullptr;
+    f.y = y.raw_data();
+    f.mean = mean.data<float>();
+    f.rstd = rstd.data<float>();
+
+    std::vector<Row> rows;
+    auto add_row = [&](const std::string& name, double ms, double bytes) {
+        double gbs = bytes / (ms * 1e6);
+        rows.push_back({"norm", prefix + name, shape, ms, gbs, "GB/s", gbs / copy_gbs, "of copy"});
+    };
+    add_row("fwd", timer.median_ms([&] { cuda.norm_forward(f); }), fwd_bytes);
+
+    cuda.norm_forward(f);  // statistics for the backward
+    for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
+        kernels::NormBackwardArgs a;
+        a.kind = kind;
+        a.x_type = scalar(dt);
+        a.w_type = kernels::ScalarType::f32;
+        a.rows = s.m;
+        a.cols = s.n;
+        a.reduction = red;
+        a.x = x.raw_data();
+        a.dy = dy.raw_data();
+        a.weight = w.raw_data();
+        a.mean = layer ? mean.data<float>() : nullptr;
+        a.rstd = rstd.data<float>();
+        a.dx = dx.raw_data();
+        a.dweight = dw.raw_data();
+        a.dbias = layer ? db.raw_data() : nullptr;
+        Tensor ws = Tensor::empty({(std::int64_t)cuda.norm_backward_workspace_bytes(a) / 4 + 1},
+                                  DType::f32, Device::cuda);
+        a.workspace = ws.raw_data();
+        add_row(std::string("bwd ") + kernels::norm_reduction_name(red),
+                timer.median_ms([&] { cuda.norm_backward(a); }), bwd_bytes);
+    }
+
+    // Unfused: fusegrad's f32 ops (bf16 cast in and out, as a framework without the kernel would).
+    Tensor xl = x.detach().set_requires_grad(true);  // the leaf, in the benchmark's dtype
+    Tensor wu = w.detach().set_requires_grad(true), bu = b.detach().set_requires_grad(true);
+    Tensor out;
+    auto forward = [&] {
+        Tensor o = unfused_norm(kind, cast(xl, DType::f32), wu, bu);
+        out = cast(o, dt);
+    };
+    {
+        NoGradGuard no_grad;
+        add_row("unfused fwd", timer.median_ms(forward, 10), fwd_bytes);
+    }
+    auto build = [&] {
+        xl.zero_grad();
+        wu.zero_grad();
+        bu.zero_grad();
+        forward();
+    };
+    add_row("unfused bwd", timer.median_ms([&] { out.backward(dy); }, 10, 2, build), bwd_bytes);
+    return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string json = "bench_norm.json";
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    }
+    try {
+        const kernels::DeviceInfo& dev = kernels::device_info();
+        std::printf("bench_norm on %s (%d SMs)\n", dev.name.c_str(), dev.sm_count);
+        bench::Timer timer;
+        double copy = bench::copy_bandwidth_gbs(timer, (std::size_t(1) << 25) * 2);
+        std::vector<Row> rows{{"copy", "cudaMemcpy device to device", "2^26 B", 0.0, copy, "GB/s",
+                               1.0, "of copy"}};
+        std::vector<NormShape> shapes{{16384, 384}, {32768, 1024}, {8192, 4096},
+                                      {4096, 8192}, {2048, 16384}, {1024, 32768}};
+        if (quick) shapes = {{16384, 384}, {4096, 8192}};
+        for (DType dt : {DType::bf16, DType::f32})
+            for (NormKind kind : {NormKind::layer, NormKind::rms})
+                for (NormShape s : shapes) {
+                    auto part = bench_shape(timer, copy, kind, dt, s);
+                    rows.insert(rows.end(), part.begin(), part.end());
+                }
+        bench::print_table(rows);
+        bench::write_json(json, dev.name, copy, rows);
+        std::printf("\nwrote %s\n", json.c_str());
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
