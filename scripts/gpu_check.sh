@@ -19,6 +19,13 @@ for step in $what; do
         bench|all)
             build-gpu/bench/bench_core --json "$out/bench_core.json" > "$out/bench_core.log" 2>&1 || status=1
             ;;&
+        norm|all)
+            build-gpu/bench/bench_norm --json "$out/bench_norm.json" > "$out/bench_norm.log" 2>&1 || status=1
+            PYTHONUNBUFFERED=1 python3 bench/norm_torch.py --json "$out/norm_torch.json" ${TORCH_FLAGS:-} \
+                > "$out/norm_torch.log" 2>&1 || status=1
+            python3 bench/norm_report.py "$out/bench_norm.json" "$out/norm_torch.json" > "$out/norm_table.md"
+            cat "$out/norm_table.md"
+            ;;&
         sanitize|all)
             for tool in memcheck racecheck; do
                 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/fg_gpu_tests \
@@ -28,5 +35,5 @@ for step in $what; do
             ;;
     esac
 done
-[ -f "$out/bench_core.log" ] && sed -n '/^group/,$p' "$out/bench_core.log"
+[ -f "$out/bench_core.log" ] && sed -n '/^group/,$p' "$out/bench_core.log" | head -30
 exit $status
