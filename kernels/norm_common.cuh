@@ -74,19 +74,21 @@ __device__ __forceinline__ void load_affine(const W* weight, const W* bias, bool
 }
 
 // Sum of v over the tpr threads of this row group; every one of them gets the result.
-// tpr <= 32: shuffles within the lanes of the group. tpr > 32 (one row per block): shuffles, then
-// the per-warp sums through `scratch` (32 floats) in a fixed order. Call from every thread.
+// tpr <= 32: shuffles within the lanes of the group. tpr > 32: shuffles, then the group's per-warp
+// sums through its own slice of `scratch` (32 floats per block), added in a fixed order.
+// Contains barriers when tpr > 32: call from every thread of the block.
 __device__ __forceinline__ float group_sum(float v, int tpr, float* scratch) {
     int width = tpr < 32 ? tpr : 32;
     for (int offset = width / 2; offset > 0; offset >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, offset);
     if (tpr <= 32) return v;
-    int warp = threadIdx.x >> 5, warps = tpr >> 5;
+    int warps = tpr >> 5;
+    int first = (threadIdx.x / tpr) * warps;  // this row group's first warp
     __syncthreads();  // scratch may still be read by the previous call
-    if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
     __syncthreads();
     float s = 0.0f;
-    for (int i = 0; i < warps; ++i) s += scratch[i];
+    for (int i = 0; i < warps; ++i) s += scratch[first + i];
     return s;
 }
 

@@ -134,10 +134,10 @@ void check_inputs(NormKind kind, const Tensor& x, const Tensor& residual, const 
 class NormNode final : public Node {
 public:
     NormNode(NormKind kind, const NormOptions& opt, bool residual, Tensor input, Tensor weight,
-             Tensor mean, Tensor rstd)
+             DType param_dtype, Tensor mean, Tensor rstd)
         : Node(op_name(kind), residual ? 2 : 1), kind_(kind), opt_(opt), residual_(residual),
-          input_(std::move(input)), weight_(std::move(weight)), mean_(std::move(mean)),
-          rstd_(std::move(rstd)) {}
+          input_(std::move(input)), weight_(std::move(weight)), param_dtype_(param_dtype),
+          mean_(std::move(mean)), rstd_(std::move(rstd)) {}
 
     void release_saved() override {
         input_ = weight_ = mean_ = rstd_ = Tensor();
@@ -153,7 +153,7 @@ public:
         if (!gy.defined()) {  // only h was used: the gradient passes straight through the add
             return {gh, residual_ ? gh : Tensor(), Tensor(), Tensor()};
         }
-        DType wt = weight_.defined() ? weight_.dtype() : xt;
+        DType wt = param_dtype_;
         Tensor dx = empty_like(input_);
         Tensor dw = want_w ? Tensor::empty({cols()}, wt, input_.device()) : Tensor();
         Tensor db = want_b ? Tensor::empty({cols()}, wt, input_.device()) : Tensor();
@@ -173,7 +173,7 @@ private:
         kernels::NormBackwardArgs a;
         a.kind = kind_;
         a.x_type = scalar(input_.dtype());
-        a.w_type = weight_.defined() ? scalar(weight_.dtype()) : a.x_type;
+        a.w_type = scalar(param_dtype_);
         a.rows = rows();
         a.cols = cols();
         a.zero_centered = opt_.zero_centered;
@@ -215,8 +215,15 @@ private:
     NormKind kind_;
     NormOptions opt_;
     bool residual_;
-    Tensor input_, weight_, mean_, rstd_;
+    Tensor input_, weight_;
+    DType param_dtype_;  // of weight and bias (and so of dw and db)
+    Tensor mean_, rstd_;
 };
+
+// The dtype of the affine parameters: the weight's, else the bias's, else the input's.
+DType param_dtype(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    return weight.defined() ? weight.dtype() : bias.defined() ? bias.dtype() : x.dtype();
+}
 
 // ---- forward -------------------------------------------------------------------------------
 
@@ -236,7 +243,7 @@ NormResidualResult norm_forward(NormKind kind, const Tensor& x, const Tensor& re
         kernels::NormForwardArgs a;
         a.kind = kind;
         a.x_type = scalar(x.dtype());
-        a.w_type = weight.defined() ? scalar(weight.dtype()) : a.x_type;
+        a.w_type = scalar(param_dtype(x, weight, bias));
         a.rows = rows;
         a.cols = cols;
         a.eps = static_cast<float>(opt.eps);
@@ -271,8 +278,8 @@ NormResidualResult norm_forward(NormKind kind, const Tensor& x, const Tensor& re
     if (grad) {
         Tensor saved_input = (residual.defined() ? h : x).detach();
         auto node = std::make_shared<NormNode>(kind, opt, residual.defined(), saved_input,
-                                               weight.defined() ? weight.detach() : Tensor(), mean,
-                                               rstd);
+                                               weight.defined() ? weight.detach() : Tensor(),
+                                               param_dtype(x, weight, bias), mean, rstd);
         std::vector<Tensor> outputs{y};
         if (h.defined()) outputs.push_back(h);
         record_node(node, {x, residual, weight, bias}, outputs);

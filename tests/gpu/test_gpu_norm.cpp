@@ -94,7 +94,18 @@ Outputs run(const Case& c, const Inputs& in, Device device, DType x_type, DType 
     o.zero_centered = c.zero_centered;
     o.reduction = reduction;
     Outputs out;
-    if (c.residual) {
+    if (c.residual && device == Device::cpu) {
+        // The kernel stores h = x + r in the activation dtype and normalises that stored h; the
+        // reference does the same, unfused: round h to c.x_type, treat the rounding as identity
+        // in the backward.
+        Tensor h = add(x, r), rounding;
+        {
+            NoGradGuard no_grad;  // a constant: the gradient passes through unrounded
+            rounding = sub(cast(cast(h, c.x_type), x_type), h);
+        }
+        out.h = add(h, rounding);
+        out.y = c.kind == NormKind::rms ? rms_norm(out.h, w, b, o) : layer_norm(out.h, w, b, o);
+    } else if (c.residual) {
         NormResidualResult res = c.kind == NormKind::rms ? rms_norm_residual(x, r, w, b, o)
                                                          : layer_norm_residual(x, r, w, b, o);
         out.y = res.y;
