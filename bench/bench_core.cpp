@@ -127,8 +127,8 @@ int main(int argc, char** argv) {
         std::printf("bench_core on %s (%d SMs, L2 %d MiB)\n", dev.name.c_str(), dev.sm_count,
                     dev.l2_bytes >> 20);
         bench::Timer timer;
-        double copy = bench::copy_bandwidth_gbs(timer, (std::size_t(1) << 26) * sizeof(float));
-        std::vector<Row> rows{{"copy", "cudaMemcpy device to device", "2^26 f32", 0.0, copy,
+        double copy = bench::copy_bandwidth_gbs(timer, std::size_t(1) << 30);
+        std::vector<Row> rows{{"copy", "cudaMemcpy device to device", "1 GiB", 0.0, copy,
                                "GB/s", 1.0, "of copy"}};
         for (auto part : {bench_elementwise(timer, copy), bench_matmul(timer), bench_overhead()})
             rows.insert(rows.end(), part.begin(), part.end());

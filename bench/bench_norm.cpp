@@ -141,8 +141,8 @@ int main(int argc, char** argv) {
         const kernels::DeviceInfo& dev = kernels::device_info();
         std::printf("bench_norm on %s (%d SMs)\n", dev.name.c_str(), dev.sm_count);
         bench::Timer timer;
-        double copy = bench::copy_bandwidth_gbs(timer, (std::size_t(1) << 25) * 2);
-        std::vector<Row> rows{{"copy", "cudaMemcpy device to device", "2^26 B", 0.0, copy, "GB/s",
+        double copy = bench::copy_bandwidth_gbs(timer, std::size_t(1) << 30);
+        std::vector<Row> rows{{"copy", "cudaMemcpy device to device", "1 GiB", 0.0, copy, "GB/s",
                                1.0, "of copy"}};
         std::vector<NormShape> shapes{{16384, 384}, {32768, 1024}, {8192, 4096},
                                       {4096, 8192}, {2048, 16384}, {1024, 32768}};

@@ -77,7 +77,7 @@ def main():
     args = ap.parse_args()
     torch._dynamo.config.cache_size_limit = 256
     timer = Timer()
-    a = torch.empty(1 << 25, dtype=torch.bfloat16, device="cuda")
+    a = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")  # 1 GiB, as bench_norm
     c = torch.empty_like(a)
     copy_ms = timer.median_ms(lambda: c.copy_(a))
     copy_gbs = 2 * a.numel() * a.element_size() / (copy_ms * 1e6)

@@ -109,12 +109,14 @@ inline RowLayout row_layout(long long cols, int elem_bytes, bool vector_ok, int 
     long long nvec = (cols + l.vec - 1) / l.vec;
     int max_items = max_elems / l.vec < 1 ? 1 : max_elems / l.vec;
     if (max_items > 8) max_items = 8;
-    // Aim for about 4 vectors per thread: enough loads in flight, few idle lanes.
+    // Aim for about 4 vectors per thread (enough loads in flight, few idle lanes), then widen the
+    // row to more threads while a thread would have to hold more than its register budget.
     long long want = (nvec + 3) / 4;
     int tpr = 4;
     while (tpr < want && tpr < 512) tpr *= 2;
+    while ((nvec + tpr - 1) / tpr > max_items && tpr < 512) tpr *= 2;
     long long items = (nvec + tpr - 1) / tpr;
-    if (items > max_items) {  // too long for registers: stream it
+    if (items > max_items) {  // too long for registers even at 512 threads: stream it
         l.looped = true;
         l.tpr = l.threads = 512;
         l.items = 1;
