@@ -43,8 +43,9 @@ Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tenso
     return add(mul(mul(xc, rsqrt(add(var, eps))), w), b);
 }
 
+// Rows: fwd, bwd grid, bwd locked, and (with `unfused`) unfused fwd and bwd.
 std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind, DType dt,
-                             NormShape s) {
+                             NormShape s, bool unfused = true) {
     const char* kname = kind == NormKind::rms ? "rmsnorm" : "layernorm";
     const double elem = static_cast<double>(dtype_size(dt));
     const double fwd_bytes = 2.0 * s.m * s.n * elem, bwd_bytes = 3.0 * s.m * s.n * elem;
@@ -106,6 +107,7 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
                 timer.median_ms([&] { cuda.norm_backward(a); }), bwd_bytes);
     }
 
+    if (!unfused) return rows;
     // Unfused: fusegrad's f32 ops (bf16 cast in and out, as a framework without the kernel would).
     Tensor xl = x.detach().set_requires_grad(true);  // the leaf, in the benchmark's dtype
     Tensor wu = w.detach().set_requires_grad(true), bu = b.detach().set_requires_grad(true);
@@ -128,14 +130,46 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
     return rows;
 }
 
+// --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
+void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& shapes) {
+    struct Knobs {
+        int threads_per_sm, fwd_elems, bwd_elems;
+    };
+    std::vector<Knobs> knobs{{1024, 32, 16}, {2048, 32, 16}, {1024, 16, 8}, {2048, 16, 8}};
+    std::printf("\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems\n%-22s", "case");
+    for (const Knobs& k : knobs) std::printf("  fwd/bwd %d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems);
+    std::printf("\n");
+    for (DType dt : {DType::bf16, DType::f32}) {
+        for (NormKind kind : {NormKind::layer, NormKind::rms}) {
+            for (NormShape s : shapes) {
+                std::printf("%-4s %-9s %-8s", dtype_name(dt), kind == NormKind::rms ? "rms" : "layer",
+                            (std::to_string(s.m) + "x" + std::to_string(s.n)).c_str());
+                for (const Knobs& k : knobs) {
+                    kernels::NormTuning t;
+                    t.grid_threads_per_sm = k.threads_per_sm;
+                    t.forward_elems = k.fwd_elems;
+                    t.backward_elems = k.bwd_elems;
+                    kernels::set_norm_tuning(t);
+                    std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt, s, false);
+                    std::printf("     %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
+                }
+                std::printf("\n");
+                std::fflush(stdout);
+            }
+        }
+    }
+    kernels::set_norm_tuning(kernels::NormTuning{});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string json = "bench_norm.json";
-    bool quick = false;
+    bool quick = false, do_sweep = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+        if (std::strcmp(argv[i], "--sweep") == 0) do_sweep = true;
     }
     try {
         const kernels::DeviceInfo& dev = kernels::device_info();
@@ -147,6 +181,10 @@ int main(int argc, char** argv) {
         std::vector<NormShape> shapes{{16384, 384}, {32768, 1024}, {8192, 4096},
                                       {4096, 8192}, {2048, 16384}, {1024, 32768}};
         if (quick) shapes = {{16384, 384}, {4096, 8192}};
+        if (do_sweep) {
+            sweep(timer, copy, shapes);
+            return 0;
+        }
         for (DType dt : {DType::bf16, DType::f32})
             for (NormKind kind : {NormKind::layer, NormKind::rms})
                 for (NormShape s : shapes) {

@@ -71,6 +71,16 @@ struct NormBackwardArgs {
     bool accumulate = false;  // add into dweight / dbias instead of overwriting them
     void* workspace = nullptr;
 };
+// Tuning knobs, for benchmarks that sweep them (bench_norm --sweep); the defaults are the
+// measured best (docs/norms.md).
+struct NormTuning {
+    int grid_threads_per_sm = 1024;  // resident threads per SM the persistent grid (b) aims for
+    int forward_elems = 32;          // elements of x a forward thread holds in registers
+    int backward_elems = 16;         // ... a backward thread (it also holds dy, w, dw, db sums)
+};
+void set_norm_tuning(const NormTuning& t);
+NormTuning norm_tuning();
+
 // The strategy `automatic` resolves to for this shape and type.
 NormReduction norm_pick_reduction(long long rows, long long cols, ScalarType x_type);
 // Bytes of workspace norm_backward needs (0 when neither dweight nor dbias is asked for).

@@ -27,8 +27,7 @@ namespace {
 
 using namespace norm_detail;
 
-constexpr int kBackwardElems = 16;  // register budget: x, dy, w, two accumulators per element
-int g_threads_per_sm = 1024;  // tuning knob of the grid strategy (set_norm_grid_occupancy)
+constexpr int kBackwardElems = 16;  // the most a tuning may ask: x, dy, w, two sums per element
 
 template <typename T, typename W>
 struct BackwardParams {
@@ -115,10 +114,10 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
 }
 
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool LOCKED>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(512, 1)
     norm_backward_kernel(BackwardParams<T, W> p, int tpr) {
     extern __shared__ float group_sums[];  // rows_per_block x cols, when several rows per block
-    __shared__ float scratch[32];
+    __shared__ float scratch[64];
     __shared__ int first_flag;
     const int rpb = blockDim.x / tpr;
     const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
@@ -172,8 +171,14 @@ __global__ void __launch_bounds__(512)
                 for (int k = 0; k < VEC; ++k) xh[i][k] = g[i][k] = 0.0f;
             }
         }
-        const float c1 = group_sum(s1, tpr, scratch) * inv_n;
-        const float c2 = LAYER ? group_sum(s2, tpr, scratch) * inv_n : 0.0f;
+        float c1, c2 = 0.0f;
+        if (LAYER) {
+            float2 s = group_sum2(make_float2(s1, s2), tpr, scratch);
+            c1 = s.x * inv_n;
+            c2 = s.y * inv_n;
+        } else {
+            c1 = group_sum(s1, tpr, scratch) * inv_n;
+        }
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             long long col = ((long long)i * tpr + lane) * VEC;
@@ -208,8 +213,8 @@ __global__ void __launch_bounds__(512)
 // Long rows: one block per row, streamed in two passes (sums, then dx). The block's partial row
 // is updated element by element in pass 2 (grid: a row it owns alone; locked: under the lock).
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
-__global__ void __launch_bounds__(512) norm_backward_looped_kernel(BackwardParams<T, W> p) {
-    __shared__ float scratch[32];
+__global__ void __launch_bounds__(512, 1) norm_backward_looped_kernel(BackwardParams<T, W> p) {
+    __shared__ float scratch[64];
     __shared__ int first_flag;
     const long long step = (long long)blockDim.x * VEC;
     const float inv_n = 1.0f / (float)p.cols;
@@ -230,8 +235,14 @@ __global__ void __launch_bounds__(512) norm_backward_looped_kernel(BackwardParam
                 s2 += g;
             }
         }
-        const float c1 = group_sum(s1, blockDim.x, scratch) * inv_n;
-        const float c2 = LAYER ? group_sum(s2, blockDim.x, scratch) * inv_n : 0.0f;
+        float c1, c2 = 0.0f;
+        if (LAYER) {
+            float2 s = group_sum2(make_float2(s1, s2), blockDim.x, scratch);
+            c1 = s.x * inv_n;
+            c2 = s.y * inv_n;
+        } else {
+            c1 = group_sum(s1, blockDim.x, scratch) * inv_n;
+        }
         const bool partials = p.want_dw || p.want_db;
         int gi = (int)(row % p.lock_rows);
         bool first = row == blockIdx.x;  // grid: the first row this block handles
@@ -312,7 +323,8 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
     for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx})
         plan.vector_ok = plan.vector_ok && aligned_to(ptr, 16);
     plan.vector_ok = plan.vector_ok && aligned_to(a.weight, wb * vec);
-    plan.layout = row_layout(a.cols, eb, plan.vector_ok, kBackwardElems);
+    plan.layout = row_layout(a.cols, eb, plan.vector_ok,
+                             std::min(kBackwardElems, norm_tuning().backward_elems));
     plan.reduction = a.reduction == NormReduction::automatic
                          ? norm_pick_reduction(a.rows, a.cols, a.x_type)
                          : a.reduction;
@@ -323,7 +335,7 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
         plan.blocks = groups;
         plan.partial_rows = (int)std::min<long long>(lock_rows_for(a.cols), std::max(1LL, groups));
     } else {
-        long long per_sm = std::max(1, g_threads_per_sm / l.threads);
+        long long per_sm = std::max(1, norm_tuning().grid_threads_per_sm / l.threads);
         plan.blocks = std::min<long long>(groups, per_sm * device_info().sm_count);
         plan.partial_rows = (int)std::max(1LL, plan.blocks);
     }

@@ -92,6 +92,30 @@ __device__ __forceinline__ float group_sum(float v, int tpr, float* scratch) {
     return s;
 }
 
+// Two sums at once (one set of shuffles and barriers for both); `scratch` holds 64 floats.
+__device__ __forceinline__ float2 group_sum2(float2 v, int tpr, float* scratch) {
+    int width = tpr < 32 ? tpr : 32;
+    for (int offset = width / 2; offset > 0; offset >>= 1) {
+        v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+        v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+    }
+    if (tpr <= 32) return v;
+    int warps = tpr >> 5;
+    int first = (threadIdx.x / tpr) * warps;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+        scratch[threadIdx.x >> 5] = v.x;
+        scratch[32 + (threadIdx.x >> 5)] = v.y;
+    }
+    __syncthreads();
+    float2 s = make_float2(0.0f, 0.0f);
+    for (int i = 0; i < warps; ++i) {
+        s.x += scratch[first + i];
+        s.y += scratch[32 + first + i];
+    }
+    return s;
+}
+
 // Host side: how a row of `cols` elements is laid over threads.
 struct RowLayout {
     int vec = 1;       // elements per vector (16 bytes when sizes and alignment allow)

@@ -2,6 +2,7 @@
 // One pass over x in registers: load the row (adding the residual and writing h if fused), reduce
 // the statistics over the row's threads, write y. Rows too long for registers take the looped
 // kernel, which reads the row three times (the 2nd and 3rd mostly from L2).
+#include <algorithm>
 #include <type_traits>
 
 #include "norm_common.cuh"
@@ -12,7 +13,8 @@ namespace {
 
 using namespace norm_detail;
 
-constexpr int kForwardElems = 32;  // register budget: elements of x per thread
+constexpr int kForwardElems = 32;  // the most a tuning may ask: elements of x per thread
+NormTuning g_tuning;
 
 template <typename T, typename W>
 struct ForwardParams {
@@ -47,10 +49,17 @@ __device__ __forceinline__ void load_input(const ForwardParams<T, W>& p, long lo
     }
 }
 
+// The row's first value as normalised (h when the residual is fused), for the shifted sums.
+template <typename T, typename W>
+__device__ __forceinline__ float row_first(const ForwardParams<T, W>& p, long long base) {
+    if (!p.residual) return to_float(p.x[base]);
+    return to_float(from_float<T>(to_float(p.x[base]) + to_float(p.residual[base])));
+}
+
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(512, 1)
     norm_forward_kernel(ForwardParams<T, W> p, int tpr) {
-    __shared__ float scratch[32];
+    __shared__ float scratch[64];
     const int lane = threadIdx.x % tpr;
     const long long row = (long long)blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr;
     const bool active = row < p.rows;
@@ -72,17 +81,26 @@ __global__ void __launch_bounds__(512)
     const float inv_n = 1.0f / (float)p.cols;
     float mu = 0.0f, var;
     if (LAYER) {
-        mu = group_sum(s, tpr, scratch) * inv_n;
-        float q = 0.0f;
+        // One reduction of shifted sums: with K the row's first value (any value near the mean
+        // keeps this exact enough), var = E[(x - K)^2] - E[x - K]^2. Data in registers, K from L1.
+        const float shift = active ? row_first(p, base) : 0.0f;
+        float a = 0.0f, q = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             long long col = ((long long)i * tpr + lane) * VEC;
-            if (col < p.cols) {
+            if (active && col < p.cols) {
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) q += (v[i][k] - mu) * (v[i][k] - mu);
+                for (int k = 0; k < VEC; ++k) {
+                    float d = v[i][k] - shift;
+                    a += d;
+                    q += d * d;
+                }
             }
         }
-        var = group_sum(q, tpr, scratch) * inv_n;
+        float2 sums = group_sum2(make_float2(a, q), tpr, scratch);
+        float da = sums.x * inv_n;
+        mu = shift + da;
+        var = fmaxf(sums.y * inv_n - da * da, 0.0f);
     } else {
         var = group_sum(s, tpr, scratch) * inv_n;
     }
@@ -106,7 +124,7 @@ __global__ void __launch_bounds__(512)
 
 // Long rows: one block per row, the row streamed in chunks of threads * VEC.
 template <typename T, typename W, int VEC, bool LAYER>
-__global__ void __launch_bounds__(512) norm_forward_looped_kernel(ForwardParams<T, W> p) {
+__global__ void __launch_bounds__(512, 1) norm_forward_looped_kernel(ForwardParams<T, W> p) {
     __shared__ float scratch[32];
     const long long row = blockIdx.x;
     const long long base = row * p.cols;
@@ -181,7 +199,8 @@ void forward_typed(const NormForwardArgs& a) {
     for (const void* ptr : {a.x, a.residual, (const void*)a.h_out, (const void*)a.y})
         vector_ok = vector_ok && aligned_to(ptr, 16);
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
-    RowLayout l = row_layout(a.cols, sizeof(T), vector_ok, kForwardElems);
+    RowLayout l = row_layout(a.cols, sizeof(T), vector_ok,
+                             std::min(kForwardElems, g_tuning.forward_elems));
     bool layer = a.kind == NormKind::layer;
     if (vector_ok) {
         if (layer) launch_forward<T, W, kVec, true>(p, l);
@@ -199,6 +218,9 @@ void forward_weight(const NormForwardArgs& a) {
 }
 
 }  // namespace
+
+void set_norm_tuning(const NormTuning& t) { g_tuning = t; }
+NormTuning norm_tuning() { return g_tuning; }
 
 void norm_forward(const NormForwardArgs& a) {
     if (a.rows == 0 || a.cols == 0) return;
