@@ -105,10 +105,11 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
     for (int i = 0; i < ITEMS; ++i) {
         long long col = ((long long)i * tpr + lane) * VEC;
         if (col >= cols) continue;
+        if constexpr (LOCKED) {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-            if (LOCKED) locked_add(dst + col + k, acc[i][k], first);
-            else dst[col + k] = acc[i][k];
+            for (int k = 0; k < VEC; ++k) locked_add(dst + col + k, acc[i][k], first);
+        } else {
+            store_vec<float, VEC>(dst + col, acc[i]);
         }
     }
 }
@@ -256,6 +257,11 @@ __global__ void __launch_bounds__(512, 1) norm_backward_looped_kernel(BackwardPa
             load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
             float d[VEC] = {};
             if (p.dh) load_vec<T, VEC>(p.dh + base + col, d);
+            float pw[VEC], pb[VEC];  // this block's partial dw, db for these columns
+            if (!LOCKED && !first) {  // grid: a row this block alone owns, vector loads
+                if (p.want_dw) load_vec<float, VEC>(row_dw + col, pw);
+                if (p.want_db) load_vec<float, VEC>(row_db + col, pb);
+            }
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
                 float xh = (xv[k] - mu) * rs, g = w[k] * dyv[k];
@@ -264,9 +270,13 @@ __global__ void __launch_bounds__(512, 1) norm_backward_looped_kernel(BackwardPa
                     if (p.want_dw) locked_add(row_dw + col + k, dyv[k] * xh, first);
                     if (p.want_db) locked_add(row_db + col + k, dyv[k], first);
                 } else {
-                    if (p.want_dw) row_dw[col + k] = (first ? 0.0f : row_dw[col + k]) + dyv[k] * xh;
-                    if (p.want_db) row_db[col + k] = (first ? 0.0f : row_db[col + k]) + dyv[k];
+                    pw[k] = (first ? 0.0f : pw[k]) + dyv[k] * xh;
+                    pb[k] = (first ? 0.0f : pb[k]) + dyv[k];
                 }
+            }
+            if (!LOCKED) {
+                if (p.want_dw) store_vec<float, VEC>(row_dw + col, pw);
+                if (p.want_db) store_vec<float, VEC>(row_db + col, pb);
             }
             store_vec<T, VEC>(p.dx + base + col, out);
         }

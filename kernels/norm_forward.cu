@@ -56,8 +56,10 @@ __device__ __forceinline__ float row_first(const ForwardParams<T, W>& p, long lo
     return to_float(from_float<T>(to_float(p.x[base]) + to_float(p.residual[base])));
 }
 
+// Up to 16 elements per thread fit in 64 registers, so two 512-thread blocks share an SM; the
+// 32-element variants need more registers and get an SM each rather than spill.
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER>
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(512, (ITEMS * VEC > 16) ? 1 : 2)
     norm_forward_kernel(ForwardParams<T, W> p, int tpr) {
     __shared__ float scratch[64];
     const int lane = threadIdx.x % tpr;
@@ -122,33 +124,34 @@ __global__ void __launch_bounds__(512, 1)
     }
 }
 
-// Long rows: one block per row, the row streamed in chunks of threads * VEC.
+// Long rows: one block per row, the row streamed in chunks of threads * VEC: one pass for the
+// statistics, one to write y (reading x, or h, again: mostly from L2).
 template <typename T, typename W, int VEC, bool LAYER>
-__global__ void __launch_bounds__(512, 1) norm_forward_looped_kernel(ForwardParams<T, W> p) {
-    __shared__ float scratch[32];
+__global__ void __launch_bounds__(512, 2) norm_forward_looped_kernel(ForwardParams<T, W> p) {
+    __shared__ float scratch[64];
     const long long row = blockIdx.x;
     const long long base = row * p.cols;
     const long long step = (long long)blockDim.x * VEC;
     const T* src = p.residual ? p.h_out : p.x;  // after the first pass, read h back
-    float s = 0.0f;
+    const float shift = LAYER ? row_first(p, base) : 0.0f;
+    float s = 0.0f, q = 0.0f;  // RMSNorm: s = sum x^2; LayerNorm: s, q = sums of d, d^2, d = x - shift
     for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
         float v[VEC];
         load_input<T, W, VEC>(p, base + col, v);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) s += LAYER ? v[k] : v[k] * v[k];
+        for (int k = 0; k < VEC; ++k) {
+            float d = v[k] - shift;
+            s += LAYER ? d : v[k] * v[k];
+            q += d * d;
+        }
     }
     const float inv_n = 1.0f / (float)p.cols;
     float mu = 0.0f, var;
-    if (LAYER) {
-        mu = group_sum(s, blockDim.x, scratch) * inv_n;
-        float q = 0.0f;
-        for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
-            float v[VEC];
-            load_vec<T, VEC>(src + base + col, v);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) q += (v[k] - mu) * (v[k] - mu);
-        }
-        var = group_sum(q, blockDim.x, scratch) * inv_n;
+    if (LAYER) {  // shifted sums, as in the register kernel: one pass for both statistics
+        float2 sums = group_sum2(make_float2(s, q), blockDim.x, scratch);
+        float da = sums.x * inv_n;
+        mu = shift + da;
+        var = fmaxf(sums.y * inv_n - da * da, 0.0f);
     } else {
         var = group_sum(s, blockDim.x, scratch) * inv_n;
     }
