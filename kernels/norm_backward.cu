@@ -14,8 +14,9 @@
 //      bits of dw/db vary from run to run; blocks also queue on the locks when G is small.
 //
 // Lock protocol: one thread spins on atomicCAS, __threadfence, __syncthreads, then all threads
-// read (bypassing L1: another SM wrote the row) and write; then __threadfence (stores visible),
-// __syncthreads (all threads done), and one thread marks the row written and releases the lock.
+// read (bypassing L1: another SM wrote the row) and write; one thread marks the row written; then
+// every thread __threadfence (its stores visible), __syncthreads (all done), and one thread
+// releases the lock.
 #include <algorithm>
 #include <type_traits>
 
@@ -60,13 +61,16 @@ __device__ __forceinline__ bool acquire_partial_row(int* locks, int* written, in
     return *flag != 0;
 }
 
+// The "written" mark must be visible before the lock is free: it is stored before the fence, like
+// the partial row itself. (Two atomics to different addresses, with no fence between them, may be
+// seen in either order by another SM: the next block could then see the lock free but the row
+// "unwritten", and overwrite it. That bug was here once; a compute-sanitizer run, which changes
+// the scheduling, exposed it as dw/db errors that moved from run to run.)
 __device__ __forceinline__ void release_partial_row(int* locks, int* written, int gi) {
+    if (threadIdx.x == 0) *reinterpret_cast<volatile int*>(&written[gi]) = 1;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) {
-        atomicExch(&written[gi], 1);
-        atomicExch(&locks[gi], 0);
-    }
+    if (threadIdx.x == 0) atomicExch(&locks[gi], 0);
 }
 
 // Adds (or, for the first writer, stores) v into a partial-row element that other SMs also write:
