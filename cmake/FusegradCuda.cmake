@@ -2,8 +2,14 @@
 # (a clear configure error otherwise), OFF skips it. Sets FG_WITH_CUDA for the rest of the build.
 include(CheckLanguage)
 
-if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
-    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)  # the toolkit is often not on PATH
+# The toolkit is often installed but not on PATH: offer its nvcc to check_language through CUDACXX
+# (setting CMAKE_CUDA_COMPILER here would skip the check, and a broken nvcc would then fail the
+# configure even in AUTO mode).
+if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    find_program(_fg_nvcc_on_path nvcc)
+    if(NOT _fg_nvcc_on_path)
+        set(ENV{CUDACXX} /usr/local/cuda/bin/nvcc)
+    endif()
 endif()
 
 set(FG_WITH_CUDA OFF)

@@ -144,7 +144,7 @@ std::string format_memory_stats(const MemoryStats& s) {
     double hit = s.allocations ? 100.0 * s.cache_hits / s.allocations : 0.0;
     char buf[256];
     std::snprintf(buf, sizeof buf, "in use %s (peak %s), reserved %s, %zu allocations, "
-                  "%zu device mallocs, %.1f%% from cache",
+                  "%zu fresh blocks (malloc or cudaMalloc), %.1f%% from cache",
                   format_bytes(s.bytes_in_use).c_str(), format_bytes(s.peak_bytes_in_use).c_str(),
                   format_bytes(s.bytes_reserved).c_str(), s.allocations, s.device_allocations, hit);
     return buf;

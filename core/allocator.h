@@ -20,7 +20,7 @@ struct MemoryStats {
     std::size_t bytes_reserved = 0;     // obtained from the driver (in use + cached)
     std::size_t allocations = 0;        // allocate() calls
     std::size_t cache_hits = 0;         // allocate() calls served from the cache
-    std::size_t device_allocations = 0; // calls to the underlying malloc (cudaMalloc)
+    std::size_t device_allocations = 0; // fresh blocks from the underlying malloc / cudaMalloc
 };
 
 void* allocate_bytes(Device device, std::size_t bytes);

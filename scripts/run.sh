@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 export PATH="$PATH:/usr/local/cuda/bin"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFG_BUILD_TESTS=OFF >/dev/null
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFG_BUILD_TESTS=OFF -DFG_BUILD_BENCH=OFF >/dev/null
 cmake --build build/release -j "$(nproc)"
 ./build/release/train/fusegrad info
 ./build/release/train/fusegrad demo "$@"
