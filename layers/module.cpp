@@ -44,6 +44,16 @@ void Module::to(Device device) {
     }
 }
 
+void Module::to(DType dtype) {
+    NoGradGuard no_grad;
+    for (Tensor* p : parameters()) {
+        if (p->dtype() == dtype) continue;
+        bool grad = p->requires_grad();
+        *p = p->to(dtype).detach();
+        p->set_requires_grad(grad);
+    }
+}
+
 void Module::train(bool on) {
     training_ = on;
     for (auto& [name, child] : children_) child->train(on);

@@ -23,8 +23,15 @@ public:
     void zero_grad();
     // Moves every parameter to `device` (kept as leaves that require grad).
     void to(Device device);
+    // Casts every parameter (e.g. to f64 for gradient checks on the CPU).
+    void to(DType dtype);
     void train(bool on = true);
     bool training() const { return training_; }
+
+    // For containers that only group names (a GPT's "transformer."): same as register_module.
+    void register_module_public(const std::string& name, Module* child) {
+        register_module(name, child);
+    }
 
 protected:
     void register_parameter(const std::string& name, Tensor* param);

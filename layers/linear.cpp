@@ -1,0 +1,48 @@
+// layers/linear.cpp: see linear.h.
+#include "linear.h"
+
+#include "core/error.h"
+
+namespace fg {
+namespace {
+
+Tensor parameter(Tensor t) {
+    t.set_requires_grad(true);
+    return t;
+}
+
+}  // namespace
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias,
+               float init_std, Generator& gen, Device device) {
+    FG_CHECK(in_features > 0 && out_features > 0, "linear", "features must be positive, got ",
+             in_features, " -> ", out_features);
+    weight = parameter(randn({out_features, in_features}, device, &gen, 0.0f, init_std));
+    register_parameter("weight", &weight);
+    if (with_bias) {
+        bias = parameter(Tensor::zeros({out_features}, DType::f32, device));
+        register_parameter("bias", &bias);
+    }
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+    FG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear",
+             "input's last dim is ", x.defined() && x.dim() ? x.size(-1) : 0, ", the layer takes ",
+             weight.size(1));
+    Tensor y = x.dim() == 1 ? matmul(x.reshape({1, x.size(0)}), weight, false, true)
+                                  .reshape({weight.size(0)})
+                            : matmul(x, weight, false, true);
+    return bias.defined() ? add(y, bias) : y;
+}
+
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, float init_std,
+                     Generator& gen, Device device) {
+    FG_CHECK(num_embeddings > 0 && dim > 0, "embedding", "table must be non-empty, got ",
+             num_embeddings, " x ", dim);
+    weight = parameter(randn({num_embeddings, dim}, device, &gen, 0.0f, init_std));
+    register_parameter("weight", &weight);
+}
+
+Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight, ids); }
+
+}  // namespace fg

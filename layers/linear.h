@@ -1,0 +1,31 @@
+// layers/linear.h: Linear (y = x W^T + b, W stored (out, in) as nanoGPT and PyTorch do) and
+// Embedding (rows of a (V, C) table picked by i32 ids). Both initialise from a seeded Generator:
+// weights normal(0, init_std), biases zero.
+#pragma once
+
+#include "core/ops.h"
+#include "core/random.h"
+#include "module.h"
+
+namespace fg {
+
+class Linear final : public Module {
+public:
+    Linear(std::int64_t in_features, std::int64_t out_features, bool bias, float init_std,
+           Generator& gen, Device device = Device::cpu);
+    Tensor forward(const Tensor& x) const;  // x (..., in) -> (..., out)
+
+    Tensor weight;  // (out, in)
+    Tensor bias;    // (out) or undefined
+};
+
+class Embedding final : public Module {
+public:
+    Embedding(std::int64_t num_embeddings, std::int64_t dim, float init_std, Generator& gen,
+              Device device = Device::cpu);
+    Tensor forward(const Tensor& ids) const;  // ids i32 (...) -> (..., dim)
+
+    Tensor weight;  // (V, C)
+};
+
+}  // namespace fg

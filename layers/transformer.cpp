@@ -1,0 +1,87 @@
+// layers/transformer.cpp: see transformer.h.
+#include "transformer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace fg {
+namespace {
+
+// nanoGPT scales the init of every projection that writes into the residual stream by
+// 1 / sqrt(2 n_layer), so the stream's variance does not grow with depth.
+float residual_std(const TransformerConfig& cfg) {
+    return cfg.init_std / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
+}
+
+void check_config(const TransformerConfig& cfg) {
+    FG_CHECK(cfg.n_embd > 0 && cfg.n_head > 0 && cfg.n_embd % cfg.n_head == 0, "transformer",
+             "n_embd (", cfg.n_embd, ") must be a positive multiple of n_head (", cfg.n_head, ")");
+    FG_CHECK(cfg.dropout >= 0.0 && cfg.dropout < 1.0, "transformer", "dropout must be in [0, 1), got ",
+             cfg.dropout);
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const TransformerConfig& cfg, Generator& gen)
+    : c_attn((check_config(cfg), cfg.n_embd), 3 * cfg.n_embd, cfg.bias, cfg.init_std, gen,
+             cfg.device),
+      c_proj(cfg.n_embd, cfg.n_embd, cfg.bias, residual_std(cfg), gen, cfg.device),
+      n_head_(cfg.n_head),
+      dropout_(cfg.dropout) {
+    register_module("c_attn", &c_attn);
+    register_module("c_proj", &c_proj);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) const {
+    FG_CHECK(x.defined() && x.dim() == 3, "attention", "expects (B, T, C), got ",
+             x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+    const std::int64_t b = x.size(0), t = x.size(1), c = x.size(2), h = n_head_, d = c / h;
+    // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v are rows 0, 1, 2 of dim 0.
+    Tensor qkv = permute(c_attn.forward(x).reshape({b, t, 3, h, d}), {2, 0, 3, 1, 4});
+    Tensor q = qkv.slice(0, 1).reshape({b, h, t, d});
+    Tensor k = qkv.slice(1, 2).reshape({b, h, t, d});
+    Tensor v = qkv.slice(2, 3).reshape({b, h, t, d});
+    Tensor att = softmax(scale(matmul(q, k, false, true), 1.0 / std::sqrt(double(d))), true);  // (B, H, T, T)
+    att = dropout(att, dropout_, training());
+    Tensor y = merge_heads(matmul(att, v));  // (B, H, T, D) -> (B, T, C)
+    return dropout(c_proj.forward(y), dropout_, training());
+}
+
+MLP::MLP(const TransformerConfig& cfg, Generator& gen)
+    : c_fc(cfg.n_embd, 4 * cfg.n_embd, cfg.bias, cfg.init_std, gen, cfg.device),
+      c_proj(4 * cfg.n_embd, cfg.n_embd, cfg.bias, residual_std(cfg), gen, cfg.device),
+      dropout_(cfg.dropout) {
+    register_module("c_fc", &c_fc);
+    register_module("c_proj", &c_proj);
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+    return dropout(c_proj.forward(gelu(c_fc.forward(x))), dropout_, training());
+}
+
+std::unique_ptr<NormBase> make_norm(const TransformerConfig& cfg) {
+    NormConfig n;
+    n.dim = cfg.n_embd;
+    n.bias = cfg.bias;
+    n.reduction = cfg.norm_reduction;
+    n.device = cfg.device;
+    if (cfg.rmsnorm) return std::make_unique<RMSNorm>(n);
+    return std::make_unique<LayerNorm>(n);
+}
+
+Block::Block(const TransformerConfig& cfg, Generator& gen)
+    : ln_1(make_norm(cfg)), attn(cfg, gen), ln_2(make_norm(cfg)), mlp(cfg, gen) {
+    register_module("ln_1", ln_1.get());
+    register_module("attn", &attn);
+    register_module("ln_2", ln_2.get());
+    register_module("mlp", &mlp);
+}
+
+Tensor Block::forward(const Tensor& x) const {
+    // h = x + attn(ln_1(x)); y = ln_2(h) in one fused residual norm; out = h + mlp(y)
+    NormResidualResult r = ln_2->forward(attn.forward(ln_1->forward(x)), x);
+    return add(r.h, mlp.forward(r.y));
+}
+
+}  // namespace fg

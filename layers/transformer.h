@@ -1,0 +1,64 @@
+// layers/transformer.h: the pieces of a GPT block, in nanoGPT's shape and names.
+//   CausalSelfAttention: c_attn (one fused QKV Linear, C -> 3C), causal softmax attention over H
+//     heads of size D = C / H, c_proj (C -> C), dropout on the attention weights and the output.
+//   MLP: c_fc (C -> 4C), exact GELU, c_proj (4C -> C), dropout.
+//   Block: x + attn(ln_1(x)), then + mlp(ln_2(.)), pre-norm; the second add and ln_2 run as one
+//     fused residual norm.
+// Shapes: B batch, T time, C channels, H heads, D head size.
+#pragma once
+
+#include <memory>
+
+#include "linear.h"
+#include "norm.h"
+
+namespace fg {
+
+struct TransformerConfig {
+    std::int64_t n_embd = 0, n_head = 0, n_layer = 1;
+    bool bias = true;
+    double dropout = 0.0;
+    bool rmsnorm = false;  // RMSNorm instead of LayerNorm
+    NormReduction norm_reduction = NormReduction::automatic;
+    float init_std = 0.02f;
+    Device device = Device::cpu;
+};
+
+class CausalSelfAttention final : public Module {
+public:
+    CausalSelfAttention(const TransformerConfig& cfg, Generator& gen);
+    Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+
+    Linear c_attn, c_proj;
+
+private:
+    std::int64_t n_head_;
+    double dropout_;
+};
+
+class MLP final : public Module {
+public:
+    MLP(const TransformerConfig& cfg, Generator& gen);
+    Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+
+    Linear c_fc, c_proj;
+
+private:
+    double dropout_;
+};
+
+// A norm layer of either kind, chosen by the config.
+std::unique_ptr<NormBase> make_norm(const TransformerConfig& cfg);
+
+class Block final : public Module {
+public:
+    Block(const TransformerConfig& cfg, Generator& gen);
+    Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+
+    std::unique_ptr<NormBase> ln_1;
+    CausalSelfAttention attn;
+    std::unique_ptr<NormBase> ln_2;
+    MLP mlp;
+};
+
+}  // namespace fg

@@ -1,0 +1,75 @@
+// models/gpt.cpp: see gpt.h.
+#include "gpt.h"
+
+#include "core/error.h"
+
+namespace fg {
+namespace {
+
+TransformerConfig block_config(const GPTConfig& c, Device device) {
+    FG_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0, "gpt",
+             "vocab_size, block_size and n_layer must be positive, got ", c.vocab_size, ", ",
+             c.block_size, ", ", c.n_layer);
+    TransformerConfig t;
+    t.n_embd = c.n_embd;
+    t.n_head = c.n_head;
+    t.n_layer = c.n_layer;
+    t.bias = c.bias;
+    t.dropout = c.dropout;
+    t.rmsnorm = c.rmsnorm;
+    t.norm_reduction = c.norm_reduction;
+    t.device = device;
+    return t;
+}
+
+}  // namespace
+
+GPT::GPT(const GPTConfig& config, Generator& gen, Device device)
+    : wte(config.vocab_size, (block_config(config, device), config.n_embd), 0.02f, gen, device),
+      wpe(config.block_size, config.n_embd, 0.02f, gen, device),
+      config_(config) {
+    TransformerConfig t = block_config(config, device);
+    for (std::int64_t i = 0; i < config.n_layer; ++i) h.push_back(std::make_unique<Block>(t, gen));
+    ln_f = make_norm(t);
+    transformer_.register_module_public("wte", &wte);
+    transformer_.register_module_public("wpe", &wpe);
+    for (std::size_t i = 0; i < h.size(); ++i)
+        transformer_.register_module_public("h." + std::to_string(i), h[i].get());
+    transformer_.register_module_public("ln_f", ln_f.get());
+    register_module("transformer", &transformer_);
+}
+
+Tensor GPT::forward(const Tensor& ids) const {
+    FG_CHECK(ids.defined() && ids.dim() == 2 && ids.dtype() == DType::i32, "gpt",
+             "ids must be i32 (B, T), got ",
+             ids.defined() ? shape_str(ids.shape()) + " " + dtype_name(ids.dtype()) : "undefined");
+    const std::int64_t t = ids.size(1);
+    FG_CHECK(t >= 1 && t <= config_.block_size, "gpt", "sequence length ", t,
+             " is outside [1, block_size = ", config_.block_size, "]");
+    std::vector<std::int32_t> positions(t);
+    for (std::int64_t i = 0; i < t; ++i) positions[i] = static_cast<std::int32_t>(i);
+    Tensor pos = Tensor::from_vector(positions, {t}, ids.device());
+    Tensor x = add(wte.forward(ids), wpe.forward(pos));  // (B, T, C) + (T, C)
+    x = dropout(x, config_.dropout, training());
+    for (const auto& block : h) x = block->forward(x);
+    x = ln_f->forward(x);
+    return matmul(x, wte.weight, false, true);  // tied head: (B, T, C) @ (V, C)^T -> (B, T, V)
+}
+
+Tensor GPT::loss(const Tensor& logits, const Tensor& targets, int ignore_index) const {
+    return cross_entropy(logits, targets, ignore_index);
+}
+
+std::vector<std::pair<std::string, Tensor*>> GPT::state_dict() {
+    auto params = named_parameters();
+    params.emplace_back("lm_head.weight", &wte.weight);
+    return params;
+}
+
+std::int64_t GPT::num_parameters() {
+    std::int64_t n = 0;
+    for (Tensor* p : parameters()) n += p->numel();
+    return n;
+}
+
+}  // namespace fg

@@ -1,0 +1,157 @@
+// tests/test_gpt.cpp: the tiny GPT on the CPU: nanoGPT's parameter names and shapes, its
+// initialisation, the loss at init, a gradient reaching every parameter, and the whole model's
+// gradient against float64 finite differences.
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "models/gpt.h"
+#include "test_helpers.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+
+namespace {
+
+GPTConfig tiny(bool bias, bool rmsnorm) {
+    GPTConfig c;
+    c.vocab_size = 11;
+    c.block_size = 8;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 8;
+    c.bias = bias;
+    c.rmsnorm = rmsnorm;
+    return c;
+}
+
+double stddev(const Tensor& t) {
+    std::vector<double> v = t.to_vector<double>();
+    double m = 0, s = 0;
+    for (double x : v) m += x;
+    m /= v.size();
+    for (double x : v) s += (x - m) * (x - m);
+    return std::sqrt(s / v.size());
+}
+
+}  // namespace
+
+TEST_CASE("GPT parameters carry nanoGPT's names and layouts", "[gpt]") {
+    Generator gen(1);
+    GPT model(tiny(true, false), gen);
+    std::map<std::string, Shape> got;
+    for (auto& [name, p] : model.state_dict()) got[name] = p->shape();
+    std::map<std::string, Shape> want{
+        {"transformer.wte.weight", {11, 8}},
+        {"transformer.wpe.weight", {8, 8}},
+        {"transformer.ln_f.weight", {8}},
+        {"transformer.ln_f.bias", {8}},
+        {"lm_head.weight", {11, 8}},
+    };
+    for (int i = 0; i < 2; ++i) {
+        std::string b = "transformer.h." + std::to_string(i) + ".";
+        want[b + "ln_1.weight"] = {8};
+        want[b + "ln_1.bias"] = {8};
+        want[b + "attn.c_attn.weight"] = {24, 8};
+        want[b + "attn.c_attn.bias"] = {24};
+        want[b + "attn.c_proj.weight"] = {8, 8};
+        want[b + "attn.c_proj.bias"] = {8};
+        want[b + "ln_2.weight"] = {8};
+        want[b + "ln_2.bias"] = {8};
+        want[b + "mlp.c_fc.weight"] = {32, 8};
+        want[b + "mlp.c_fc.bias"] = {32};
+        want[b + "mlp.c_proj.weight"] = {8, 32};
+        want[b + "mlp.c_proj.bias"] = {8};
+    }
+    REQUIRE(got == want);
+    GPT no_bias(tiny(false, true), gen);
+    for (auto& [name, p] : no_bias.state_dict())
+        REQUIRE(name.find(".bias") == std::string::npos);
+    REQUIRE(no_bias.num_parameters() == 11 * 8 + 8 * 8 + 8 + 2 * (8 + 24 * 8 + 8 * 8 + 8 + 32 * 8 + 8 * 32));
+}
+
+TEST_CASE("GPT initialisation follows nanoGPT", "[gpt]") {
+    GPTConfig c = tiny(true, false);
+    c.n_embd = 64;
+    c.n_head = 4;
+    c.vocab_size = 256;
+    Generator gen(2);
+    GPT model(c, gen);
+    REQUIRE(stddev(model.wte.weight) == Approx(0.02).epsilon(0.05));
+    REQUIRE(stddev(model.h[0]->mlp.c_fc.weight) == Approx(0.02).epsilon(0.05));
+    REQUIRE(stddev(model.h[1]->mlp.c_proj.weight) == Approx(0.02 / std::sqrt(4.0)).epsilon(0.05));
+    REQUIRE(stddev(model.h[0]->attn.c_proj.weight) == Approx(0.01).epsilon(0.05));
+    for (float v : model.h[0]->attn.c_attn.bias.to_vector<float>()) REQUIRE(v == 0.0f);
+    for (float v : model.ln_f->weight.to_vector<float>()) REQUIRE(v == 1.0f);
+    // Same seed, same model.
+    Generator again(2);
+    GPT twin(c, again);
+    REQUIRE(twin.h[1]->mlp.c_proj.weight.to_vector<float>() ==
+            model.h[1]->mlp.c_proj.weight.to_vector<float>());
+}
+
+TEST_CASE("GPT forward: shapes, and a loss near log V at init", "[gpt]") {
+    Generator gen(3);
+    GPT model(tiny(true, false), gen);
+    Tensor ids = randint({3, 8}, 11, Device::cpu, &gen);
+    Tensor logits = model.forward(ids);
+    REQUIRE(logits.shape() == Shape{3, 8, 11});
+    double loss = model.loss(logits, randint({3, 8}, 11, Device::cpu, &gen)).item();
+    REQUIRE(loss == Approx(std::log(11.0)).epsilon(0.05));
+    REQUIRE_THROWS_WITH(model.forward(randint({1, 9}, 11)),
+                        Contains("[gpt] sequence length 9 is outside [1, block_size = 8]"));
+    REQUIRE_THROWS_WITH(model.forward(Tensor::zeros({1, 4})), Contains("ids must be i32"));
+    GPTConfig bad = tiny(true, false);
+    bad.n_head = 3;
+    REQUIRE_THROWS_WITH(GPT(bad, gen), Contains("n_embd (8) must be a positive multiple of n_head (3)"));
+}
+
+TEST_CASE("every GPT parameter receives a non-zero gradient", "[gpt]") {
+    for (bool rms : {false, true}) {
+        for (bool bias : {false, true}) {
+            Generator gen(4);
+            GPT model(tiny(bias, rms), gen);
+            Tensor ids = randint({2, 8}, 11, Device::cpu, &gen);
+            Tensor targets = randint({2, 8}, 11, Device::cpu, &gen);
+            model.loss(model.forward(ids), targets).backward();
+            for (auto& [name, p] : model.named_parameters()) {
+                INFO(name << " rmsnorm " << rms << " bias " << bias);
+                REQUIRE(p->grad().defined());
+                double norm = 0;
+                for (double g : p->grad().to_vector<double>()) norm += g * g;
+                REQUIRE(norm > 0.0);
+            }
+        }
+    }
+}
+
+TEST_CASE("the whole GPT's gradient matches finite differences in float64", "[gpt][grad]") {
+    for (bool rms : {false, true}) {
+        Generator gen(5);
+        GPT model(tiny(true, rms), gen);
+        model.to(DType::f64);
+        Tensor ids = randint({2, 6}, 11, Device::cpu, &gen);
+        Tensor targets = randint({2, 6}, 11, Device::cpu, &gen);
+        model.loss(model.forward(ids), targets).backward();
+        auto loss_at = [&] {
+            NoGradGuard no_grad;
+            return model.loss(model.forward(ids), targets).item();
+        };
+        for (auto& [name, p] : model.named_parameters()) {
+            INFO(name << " rmsnorm " << rms);
+            std::vector<double> analytic = p->grad().to_vector<double>();
+            double* data = p->data<double>();
+            for (std::int64_t i = 0; i < p->numel(); i += std::max<std::int64_t>(1, p->numel() / 5)) {
+                double saved = data[i], h = 1e-6;
+                data[i] = saved + h;
+                double plus = loss_at();
+                data[i] = saved - h;
+                double minus = loss_at();
+                data[i] = saved;
+                double numeric = (plus - minus) / (2 * h);
+                INFO("element " << i << " analytic " << analytic[i] << " numeric " << numeric);
+                REQUIRE(std::fabs(analytic[i] - numeric) <= 1e-7 + 1e-5 * std::fabs(numeric));
+            }
+        }
+    }
+}
