@@ -11,6 +11,7 @@
 #include "kernels/elementwise.h"  // ScalarType, BinaryOp (plain C++ declarations)
 #include "kernels/layout.h"       // PermuteParams
 #include "kernels/norm.h"         // NormForwardArgs, NormBackwardArgs
+#include "kernels/optim.h"        // AdamWStep
 
 namespace fg {
 
@@ -91,6 +92,9 @@ public:
     virtual void norm_forward(const kernels::NormForwardArgs& args) = 0;
     virtual std::size_t norm_backward_workspace_bytes(const kernels::NormBackwardArgs& args) = 0;
     virtual void norm_backward(const kernels::NormBackwardArgs& args) = 0;
+    // optim.h
+    virtual void adamw_step_f32(float* p, const float* g, float* m, float* v, long long n,
+                                const kernels::AdamWStep& s) = 0;
     // matmul.h
     virtual void set_tf32(bool enabled) = 0;
     virtual void gemm_f32(bool trans_a, bool trans_b, long long m, long long n, long long k,

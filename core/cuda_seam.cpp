@@ -149,6 +149,10 @@ public:
         return k::norm_backward_workspace_bytes(args);
     }
     void norm_backward(const k::NormBackwardArgs& args) override { k::norm_backward(args); }
+    void adamw_step_f32(float* p, const float* g, float* m, float* v, long long n,
+                        const k::AdamWStep& s) override {
+        k::adamw_step_f32(p, g, m, v, n, s);
+    }
     void set_tf32(bool enabled) override { k::set_tf32(enabled); }
     void gemm_f32(bool trans_a, bool trans_b, long long m, long long n, long long kk, float alpha,
                   const float* a, long long stride_a, const float* b, long long stride_b,

@@ -1,0 +1,67 @@
+// tests/gpu/test_gpu_train.cpp: the training path on the GPU: the fused AdamW kernel against the
+// CPU step (same operations, so the same bits), and the tiny GPT's logits, loss and every
+// parameter's gradient on CUDA against the same model in float64 on the CPU.
+#include "core/cuda_backend.h"
+#include "models/gpt.h"
+#include "train/optim.h"
+#include "../test_helpers.h"
+
+using namespace fg;
+
+TEST_CASE("fused AdamW on CUDA equals the CPU step bit for bit", "[gpu][train]") {
+    REQUIRE(cuda_is_available());
+    for (std::int64_t n : {1, 7, 4097, 1 << 20}) {
+        Tensor p0 = test::random_f32({n}), g0 = test::random_f32({n});
+        Tensor pc = p0.clone().set_requires_grad(true);
+        Tensor pg = p0.to(Device::cuda).detach().set_requires_grad(true);
+        Tensor pc2 = p0.clone().reshape({1, n}).detach().set_requires_grad(true);  // decayed
+        Tensor pg2 = pc2.to(Device::cuda).detach().set_requires_grad(true);
+        AdamWOptions o;
+        o.weight_decay = 0.1;
+        o.beta2 = 0.95;
+        AdamW cpu({{"p", &pc}, {"q", &pc2}}, o), gpu({{"p", &pg}, {"q", &pg2}}, o);
+        for (int t = 0; t < 3; ++t) {
+            pc.set_grad(g0);
+            pc2.set_grad(g0.reshape({1, n}));
+            pg.set_grad(g0.to(Device::cuda));
+            pg2.set_grad(g0.reshape({1, n}).to(Device::cuda));
+            cpu.step(1e-3);
+            gpu.step(1e-3);
+        }
+        REQUIRE(pg.to_vector<float>() == pc.to_vector<float>());
+        REQUIRE(pg2.to_vector<float>() == pc2.to_vector<float>());
+    }
+}
+
+TEST_CASE("the GPT on CUDA matches the float64 CPU model", "[gpu][train]") {
+    REQUIRE(cuda_is_available());
+    for (bool rms : {false, true}) {
+        GPTConfig c;
+        c.vocab_size = 37;
+        c.block_size = 33;
+        c.n_layer = 2;
+        c.n_head = 4;
+        c.n_embd = 64;
+        c.rmsnorm = rms;
+        Generator g1(9), g2(9);
+        GPT ref(c, g1);
+        GPT dev(c, g2, Device::cuda);  // same seed: the same weights, drawn on the GPU
+        ref.to(DType::f64);
+        Tensor ids = randint({3, 33}, 37), targets = randint({3, 33}, 37);
+        Tensor ref_logits = ref.forward(ids);
+        Tensor dev_logits = dev.forward(ids.to(Device::cuda));
+        CHECK(test::rel_error(dev_logits.to_vector<double>(), ref_logits.to_vector<double>()) < 1e-5);
+        Tensor ref_loss = ref.loss(ref_logits, targets);
+        Tensor dev_loss = dev.loss(dev_logits, targets.to(Device::cuda));
+        CHECK(dev_loss.item() == Approx(ref_loss.item()).epsilon(1e-5));
+        ref_loss.backward();
+        dev_loss.backward();
+        auto rp = ref.named_parameters(), dp = dev.named_parameters();
+        REQUIRE(rp.size() == dp.size());
+        for (std::size_t i = 0; i < rp.size(); ++i) {
+            INFO(rp[i].first << " rmsnorm " << rms);
+            CHECK(test::rel_error(dp[i].second->grad().to_vector<double>(),
+                                  rp[i].second->grad().to_vector<double>()) < 1e-4);
+        }
+    }
+}

@@ -1,0 +1,80 @@
+// train/optim.h: optimizers and the learning-rate schedule.
+//   AdamW: PyTorch's update (kernels/optim.h states it), decoupled weight decay applied only to
+//     parameters with 2 or more dims (matrices and embeddings, as nanoGPT does), a fused CUDA step
+//     per tensor, the same arithmetic on the CPU.
+//   SGD: momentum (buf = mu buf + g, the first step buf = g) and coupled L2 weight decay, as
+//     PyTorch's SGD.
+//   clip_grad_norm: scales all gradients by min(1, max_norm / (||g|| + 1e-6)); returns ||g||.
+//   cosine_lr: nanoGPT's schedule: linear warmup, then cosine decay to min_lr.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace fg {
+
+struct NamedParam {
+    std::string name;
+    Tensor* param;
+};
+
+class Optimizer {
+public:
+    virtual ~Optimizer() = default;
+    // One update of every parameter that has a gradient, with learning rate lr.
+    virtual void step(double lr) = 0;
+    void zero_grad();
+    std::int64_t steps() const { return steps_; }
+
+protected:
+    explicit Optimizer(std::vector<NamedParam> params);
+    std::vector<NamedParam> params_;
+    std::int64_t steps_ = 0;
+};
+
+struct AdamWOptions {
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+
+class AdamW final : public Optimizer {
+public:
+    AdamW(std::vector<NamedParam> params, const AdamWOptions& options);
+    void step(double lr) override;
+    // The moments, in parameter order (for checkpoints): exp_avg and exp_avg_sq of each.
+    std::vector<Tensor*> state();
+    void set_steps(std::int64_t steps) { steps_ = steps; }
+
+private:
+    AdamWOptions opt_;
+    std::vector<Tensor> m_, v_;
+    std::vector<bool> decay_;
+};
+
+struct SGDOptions {
+    double momentum = 0.9, weight_decay = 0.0;
+};
+
+class SGD final : public Optimizer {
+public:
+    SGD(std::vector<NamedParam> params, const SGDOptions& options);
+    void step(double lr) override;
+    std::vector<Tensor*> state();
+
+private:
+    SGDOptions opt_;
+    std::vector<Tensor> buf_;
+};
+
+// Global L2 norm of all gradients, clipping them to max_norm when it is exceeded (max_norm <= 0:
+// measure only). One device synchronisation (the norm is read on the host for logging).
+double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm);
+
+// nanoGPT's learning rate at step `it` (0-based).
+double cosine_lr(std::int64_t it, double lr, double min_lr, std::int64_t warmup_steps,
+                 std::int64_t decay_steps);
+
+}  // namespace fg
