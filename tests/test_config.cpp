@@ -1,0 +1,92 @@
+// tests/test_config.cpp: the strict YAML config: defaults, values, every kind of mistake reported
+// at once with file:line:col and the dotted key, "did you mean", --set overrides, and a dump that
+// reads back to the same configuration.
+#include "core/error.h"
+#include "test_helpers.h"
+#include "train/config.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+    try {
+        parse_config(yaml, "x.yaml", overrides);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("an empty config is all defaults; values override them", "[config]") {
+    Config d = parse_config("", "empty.yaml");
+    REQUIRE(d.model.n_layer == Config{}.model.n_layer);
+    Config c = parse_config(
+        "model:\n  n_layer: 6\n  n_head: 6\n  n_embd: 384\n  norm: rmsnorm\n  bias: false\n"
+        "  dropout: 0.2\noptim:\n  lr: 1e-3\n  beta2: 0.99\ntrain:\n  device: cpu\n",
+        "c.yaml");
+    REQUIRE(c.model.n_layer == 6);
+    REQUIRE(c.model.n_embd == 384);
+    REQUIRE(c.model.norm == "rmsnorm");
+    REQUIRE_FALSE(c.model.bias);
+    REQUIRE(c.model.dropout == 0.2);
+    REQUIRE(c.optim.lr == 1e-3);
+    REQUIRE(c.train.device == "cpu");
+}
+
+TEST_CASE("config mistakes are all reported, with position and key", "[config][errors]") {
+    std::string yaml =
+        "model:\n"            // 1
+        "  n_layerz: 4\n"     // 2: unknown key, near miss
+        "  n_head: four\n"    // 3: wrong type
+        "  n_embd: 2.5\n"     // 4: not an integer
+        "  n_head: 2\n"       // 5: duplicate
+        "optim:\n"            // 6
+        "  lr: 0\n"           // 7: out of range
+        "trian:\n"            // 8: unknown section, near miss
+        "  steps: 10\n";
+    std::string e = error_of(yaml);
+    REQUIRE_THAT(e, Contains("x.yaml:2:3: error: model.n_layerz: unknown key (did you mean 'n_layer'?)"));
+    REQUIRE_THAT(e, Contains("x.yaml:3:11: error: model.n_head: expected an integer, got 'four'"));
+    REQUIRE_THAT(e, Contains("x.yaml:4:11: error: model.n_embd: expected an integer, got '2.5'"));
+    REQUIRE_THAT(e, Contains("x.yaml:5:3: error: model.n_head: duplicate key"));
+    REQUIRE_THAT(e, Contains("x.yaml:7:7: error: optim.lr: must be > 0, got 0"));
+    REQUIRE_THAT(e, Contains("x.yaml:8:1: error: trian: unknown section (did you mean 'train'?)"));
+}
+
+TEST_CASE("cross-key and range checks", "[config][errors]") {
+    REQUIRE_THAT(error_of("model:\n  n_embd: 100\n  n_head: 3\n"),
+                 Contains("model.n_embd: n_embd (100) must be a multiple of model.n_head (3)"));
+    REQUIRE_THAT(error_of("train:\n  batch_size: 0\n"),
+                 Contains("x.yaml:2:15: error: train.batch_size: must be >= 1, got 0"));
+    REQUIRE_THAT(error_of("model:\n  norm: batchnorm\n"),
+                 Contains("model.norm: must be one of layernorm, rmsnorm, got \"batchnorm\""));
+    REQUIRE_THAT(error_of("data:\n  kind: text\n"), Contains("data.path: data.kind is text"));
+    REQUIRE_THAT(error_of("model:\n  dropout: 1.0\n"), Contains("model.dropout: must be in [0, 1)"));
+    REQUIRE_THAT(error_of("model: [1, 2]\n"), Contains("model: expected a map of keys"));
+    REQUIRE_THAT(error_of("model:\n  n_layer: [1]\n"), Contains("model.n_layer: expected an integer, got a list"));
+    REQUIRE_THAT(error_of("model:\n  n_layer: 4\n n_head: 2\n"), Contains("x.yaml:3:"));  // bad YAML
+    REQUIRE_THROWS_WITH(load_config("/nonexistent/c.yaml"), Contains("[config] cannot read"));
+}
+
+TEST_CASE("config overrides (--set) are checked like the file", "[config]") {
+    Config c = parse_config("model:\n  n_layer: 2\n", "x.yaml", {"model.n_layer=5", "optim.lr=3e-4"});
+    REQUIRE(c.model.n_layer == 5);
+    REQUIRE(c.optim.lr == 3e-4);
+    REQUIRE_THAT(error_of("", {"model.n_layr=5"}),
+                 Contains("--set model.n_layr=5: error: model.n_layr: unknown key (did you mean 'n_layer'?)"));
+    REQUIRE_THAT(error_of("", {"train.steps=-1"}), Contains("train.steps: must be >= 1, got -1"));
+    REQUIRE_THAT(error_of("", {"nonsense"}), Contains("expected key.path=value"));
+}
+
+TEST_CASE("the dump reads back to the same config, with comments", "[config]") {
+    Config c = parse_config("model:\n  n_layer: 3\n  norm: rmsnorm\ndata:\n  path: a b.txt\n", "x.yaml");
+    std::string text = dump_config(c);
+    REQUIRE_THAT(text, Contains("n_layer: 3") && Contains("# transformer blocks"));
+    Config again = parse_config(text, "dump");
+    REQUIRE(dump_config(again) == text);
+    REQUIRE(again.data.path == "a b.txt");
+}

@@ -1,0 +1,335 @@
+// train/config.cpp: the schema and the strict reader (see config.h).
+#include "config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fg {
+namespace {
+
+// One key of the schema: how to read it from a YAML scalar into a Config, how to write it back,
+// and what it means. read() returns "" on success or what was wrong.
+struct Field {
+    std::string section, key, doc;
+    std::function<std::string(Config&, const YAML::Node&)> read;
+    std::function<std::string(const Config&)> write;
+};
+
+template <typename T>
+std::string type_name() {
+    if constexpr (std::is_same_v<T, bool>) return "a boolean (true or false)";
+    else if constexpr (std::is_integral_v<T>) return "an integer";
+    else if constexpr (std::is_floating_point_v<T>) return "a number";
+    else return "a string";
+}
+
+template <typename T>
+std::string format_value(const T& v) {
+    std::ostringstream out;
+    if constexpr (std::is_same_v<T, bool>) out << (v ? "true" : "false");
+    else if constexpr (std::is_same_v<T, std::string>) out << '"' << v << '"';
+    else out << v;
+    return out.str();
+}
+
+// A field of section S (a member of Config) and member M of S, with a check on the value.
+template <typename S, typename T>
+Field field(const char* section, const char* key, S Config::*sec, T S::*member, const char* doc,
+            std::function<std::string(const T&)> check = nullptr) {
+    Field f;
+    f.section = section;
+    f.key = key;
+    f.doc = doc;
+    f.read = [=](Config& c, const YAML::Node& node) -> std::string {
+        if (!node.IsScalar()) return "expected " + type_name<T>() + ", got a " +
+                                     (node.IsMap() ? "map" : node.IsSequence() ? "list" : "null");
+        T value{};
+        try {
+            value = node.as<T>();
+        } catch (const YAML::Exception&) {
+            return "expected " + type_name<T>() + ", got '" + node.Scalar() + "'";
+        }
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            // yaml-cpp reads "2.5" as the integer 2: refuse anything that is not all digits.
+            const std::string& s = node.Scalar();
+            if (s.find_first_not_of("+-0123456789") != std::string::npos)
+                return "expected an integer, got '" + s + "'";
+        }
+        if (check) {
+            std::string why = check(value);
+            if (!why.empty()) return why + ", got " + format_value(value);
+        }
+        (c.*sec).*member = value;
+        return "";
+    };
+    f.write = [=](const Config& c) { return format_value((c.*sec).*member); };
+    return f;
+}
+
+std::function<std::string(const std::int64_t&)> at_least(std::int64_t lo) {
+    return [lo](const std::int64_t& v) {
+        return v >= lo ? std::string() : "must be >= " + std::to_string(lo);
+    };
+}
+std::function<std::string(const double&)> in_range(double lo, double hi, bool lo_open, bool hi_open) {
+    return [=](const double& v) {
+        bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+        if (ok) return std::string();
+        std::ostringstream out;
+        out << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << (hi_open ? ")" : "]");
+        return out.str();
+    };
+}
+std::function<std::string(const double&)> positive() {
+    return [](const double& v) { return v > 0 ? std::string() : "must be > 0"; };
+}
+std::function<std::string(const std::string&)> one_of(std::vector<std::string> options) {
+    return [options](const std::string& v) {
+        if (std::find(options.begin(), options.end(), v) != options.end()) return std::string();
+        std::string list;
+        for (const auto& o : options) list += (list.empty() ? "" : ", ") + o;
+        return "must be one of " + list;
+    };
+}
+
+const std::vector<Field>& schema() {
+    using C = Config;
+    static const std::vector<Field> fields{
+        field("model", "n_layer", &C::model, &C::Model::n_layer, "transformer blocks", at_least(1)),
+        field("model", "n_head", &C::model, &C::Model::n_head, "attention heads per block", at_least(1)),
+        field("model", "n_embd", &C::model, &C::Model::n_embd, "channels (a multiple of n_head)", at_least(1)),
+        field("model", "block_size", &C::model, &C::Model::block_size, "context length in tokens", at_least(1)),
+        field("model", "vocab_size", &C::model, &C::Model::vocab_size, "vocabulary size; 0 takes it from the data", at_least(0)),
+        field("model", "norm", &C::model, &C::Model::norm, "layernorm or rmsnorm", one_of({"layernorm", "rmsnorm"})),
+        field("model", "bias", &C::model, &C::Model::bias, "biases in Linear layers and norms"),
+        field("model", "dropout", &C::model, &C::Model::dropout, "dropout probability", in_range(0, 1, false, true)),
+        field("data", "kind", &C::data, &C::Data::kind, "addition (generated) or text (a file)", one_of({"addition", "text"})),
+        field("data", "path", &C::data, &C::Data::path, "the text file, for kind text"),
+        field("data", "val_fraction", &C::data, &C::Data::val_fraction, "share held out for validation", in_range(0, 1, true, true)),
+        field("data", "digits", &C::data, &C::Data::digits, "digits per operand, for kind addition", at_least(1)),
+        field("optim", "name", &C::optim, &C::Optim::name, "adamw or sgd", one_of({"adamw", "sgd"})),
+        field("optim", "lr", &C::optim, &C::Optim::lr, "peak learning rate", positive()),
+        field("optim", "min_lr", &C::optim, &C::Optim::min_lr, "learning rate at the end of the cosine decay", in_range(0, 1e9, false, false)),
+        field("optim", "warmup_steps", &C::optim, &C::Optim::warmup_steps, "linear warmup steps", at_least(0)),
+        field("optim", "weight_decay", &C::optim, &C::Optim::weight_decay, "decoupled weight decay (matrices only)", in_range(0, 1e9, false, false)),
+        field("optim", "beta1", &C::optim, &C::Optim::beta1, "AdamW beta1", in_range(0, 1, false, true)),
+        field("optim", "beta2", &C::optim, &C::Optim::beta2, "AdamW beta2", in_range(0, 1, false, true)),
+        field("optim", "grad_clip", &C::optim, &C::Optim::grad_clip, "clip the global gradient norm to this; 0 turns clipping off", in_range(0, 1e9, false, false)),
+        field("optim", "momentum", &C::optim, &C::Optim::momentum, "SGD momentum", in_range(0, 1, false, true)),
+        field("train", "steps", &C::train, &C::Train::steps, "optimizer steps", at_least(1)),
+        field("train", "batch_size", &C::train, &C::Train::batch_size, "sequences per micro-batch", at_least(1)),
+        field("train", "grad_accum", &C::train, &C::Train::grad_accum, "micro-batches per step", at_least(1)),
+        field("train", "eval_interval", &C::train, &C::Train::eval_interval, "steps between evaluations", at_least(1)),
+        field("train", "eval_iters", &C::train, &C::Train::eval_iters, "batches per evaluation", at_least(1)),
+        field("train", "seed", &C::train, &C::Train::seed, "seed of every random draw", at_least(0)),
+        field("train", "device", &C::train, &C::Train::device, "auto, cpu or cuda", one_of({"auto", "cpu", "cuda"})),
+        field("train", "out_dir", &C::train, &C::Train::out_dir, "run directory (checkpoints, metrics, config)"),
+        field("train", "checkpoint_interval", &C::train, &C::Train::checkpoint_interval, "steps between checkpoints", at_least(1)),
+        field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"})),
+    };
+    return fields;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diag = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            std::size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1u : 0u)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
+    std::string best;
+    std::size_t best_d = 3;  // at most two edits away
+    for (const std::string& k : known) {
+        std::size_t d = edit_distance(key, k);
+        if (d < best_d) {
+            best_d = d;
+            best = k;
+        }
+    }
+    return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+class Reader {
+public:
+    Reader(std::string origin) : origin_(std::move(origin)) {}
+
+    void error(const YAML::Mark& mark, const std::string& path, const std::string& what) {
+        std::ostringstream out;
+        out << origin_;
+        if (!mark.is_null()) out << ":" << mark.line + 1 << ":" << mark.column + 1;
+        out << ": error: " << path << ": " << what;
+        errors_.push_back(out.str());
+    }
+
+    void read_document(Config& c, const YAML::Node& root) {
+        if (root.IsNull()) return;  // an empty file: all defaults
+        if (!root.IsMap()) {
+            error(root.Mark(), "(top)", "expected a map of sections (model, data, optim, train, kernels)");
+            return;
+        }
+        std::vector<std::string> sections{"model", "data", "optim", "train", "kernels"};
+        std::set<std::string> seen;
+        for (auto it = root.begin(); it != root.end(); ++it) {
+            std::string name = it->first.Scalar();
+            if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
+                error(it->first.Mark(), name, "unknown section" + suggestion(name, sections));
+                continue;
+            }
+            if (!seen.insert(name).second) {
+                error(it->first.Mark(), name, "duplicate section");
+                continue;
+            }
+            read_section(c, name, it->second);
+        }
+    }
+
+    void read_section(Config& c, const std::string& section, const YAML::Node& node) {
+        if (node.IsNull()) return;
+        if (!node.IsMap()) {
+            error(node.Mark(), section, "expected a map of keys");
+            return;
+        }
+        std::vector<std::string> keys;
+        for (const Field& f : schema())
+            if (f.section == section) keys.push_back(f.key);
+        std::set<std::string> seen;
+        for (auto it = node.begin(); it != node.end(); ++it) {
+            std::string key = it->first.Scalar();
+            std::string path = section + "." + key;
+            if (!seen.insert(key).second) {
+                error(it->first.Mark(), path, "duplicate key");
+                continue;
+            }
+            set(c, section, key, it->second, it->first.Mark(), keys);
+        }
+    }
+
+    void set(Config& c, const std::string& section, const std::string& key, const YAML::Node& value,
+             const YAML::Mark& mark, const std::vector<std::string>& keys) {
+        std::string path = section + "." + key;
+        for (const Field& f : schema()) {
+            if (f.section != section || f.key != key) continue;
+            std::string why = f.read(c, value);
+            if (!why.empty()) error(value.Mark().is_null() ? mark : value.Mark(), path, why);
+            return;
+        }
+        error(mark, path, "unknown key" + suggestion(key, keys));
+    }
+
+    // key.path=value from the command line.
+    void apply_override(Config& c, const std::string& text) {
+        origin_saved_ = origin_;
+        auto eq = text.find('=');
+        auto dot = text.find('.');
+        if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+            errors_.push_back("--set " + text + ": error: expected key.path=value");
+            return;
+        }
+        std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1);
+        origin_ = "--set " + text;
+        std::vector<std::string> sections{"model", "data", "optim", "train", "kernels"};
+        if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+            error(YAML::Mark::null_mark(), section, "unknown section" + suggestion(section, sections));
+        } else {
+            std::vector<std::string> keys;
+            for (const Field& f : schema())
+                if (f.section == section) keys.push_back(f.key);
+            YAML::Node value;
+            try {
+                value = YAML::Load(text.substr(eq + 1));
+            } catch (const YAML::Exception& e) {
+                error(YAML::Mark::null_mark(), section + "." + key, e.msg);
+                origin_ = origin_saved_;
+                return;
+            }
+            set(c, section, key, value, YAML::Mark::null_mark(), keys);
+        }
+        origin_ = origin_saved_;
+    }
+
+    // Checks that involve several keys.
+    void cross_checks(const Config& c) {
+        const YAML::Mark none = YAML::Mark::null_mark();
+        if (c.model.n_embd % c.model.n_head != 0)
+            error(none, "model.n_embd", "n_embd (" + std::to_string(c.model.n_embd) +
+                                            ") must be a multiple of model.n_head (" +
+                                            std::to_string(c.model.n_head) + ")");
+        if (c.data.kind == "text" && c.data.path.empty())
+            error(none, "data.path", "data.kind is text, so data.path must name a text file");
+        if (c.optim.min_lr > c.optim.lr)
+            error(none, "optim.min_lr", "min_lr must not exceed optim.lr");
+    }
+
+    void raise_if_any() const {
+        if (errors_.empty()) return;
+        std::string all;
+        for (const std::string& e : errors_) all += (all.empty() ? "" : "\n") + e;
+        throw Error(all);
+    }
+
+private:
+    std::string origin_, origin_saved_;
+    std::vector<std::string> errors_;
+};
+
+}  // namespace
+
+Config parse_config(const std::string& yaml, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
+    Config c;
+    Reader reader(origin);
+    YAML::Node root;
+    try {
+        root = YAML::Load(yaml);
+    } catch (const YAML::ParserException& e) {
+        reader.error(e.mark, "(yaml)", e.msg);
+        reader.raise_if_any();
+    }
+    reader.read_document(c, root);
+    for (const std::string& o : overrides) reader.apply_override(c, o);
+    reader.cross_checks(c);
+    reader.raise_if_any();
+    return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    std::ifstream in(path);
+    FG_CHECK(in.good(), "config", "cannot read '", path, "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    return parse_config(text.str(), path, overrides);
+}
+
+std::string dump_config(const Config& c) {
+    std::ostringstream out;
+    std::string section;
+    for (const Field& f : schema()) {
+        if (f.section != section) {
+            section = f.section;
+            out << section << ":\n";
+        }
+        std::string line = "  " + f.key + ": " + f.write(c);
+        out << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ') << "# " << f.doc
+            << "\n";
+    }
+    return out.str();
+}
+
+}  // namespace fg

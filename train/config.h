@@ -1,0 +1,56 @@
+// train/config.h: the training configuration, read from a YAML file against a schema.
+// Every key has a type, a default, a range check and a one-line description (the schema in
+// config.cpp is the single place they are written). Reading is strict: unknown keys (with a "did
+// you mean" for near misses), duplicate keys, wrong types and out-of-range values are all reported
+// at once, one line each, as
+//   configs/x.yaml:7:3: error: model.n_layerz: unknown key (did you mean 'n_layer'?)
+// and thrown together as one fg::Error. `--set key.path=value` overrides are checked the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fg {
+
+struct Config {
+    struct Model {
+        std::int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 32;
+        std::int64_t vocab_size = 0;  // 0: from the data
+        std::string norm = "layernorm";
+        bool bias = true;
+        double dropout = 0.0;
+    } model;
+    struct Data {
+        std::string kind = "addition";
+        std::string path;
+        double val_fraction = 0.1;
+        std::int64_t digits = 2;
+    } data;
+    struct Optim {
+        std::string name = "adamw";
+        double lr = 1e-3, min_lr = 1e-4;
+        std::int64_t warmup_steps = 100;
+        double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0, momentum = 0.9;
+    } optim;
+    struct Train {
+        std::int64_t steps = 2000, batch_size = 64, grad_accum = 1;
+        std::int64_t eval_interval = 250, eval_iters = 20, seed = 1337;
+        std::string device = "auto", out_dir = "runs/default";
+        std::int64_t checkpoint_interval = 500;
+    } train;
+    struct Kernels {
+        std::string norm_reduction = "auto";
+    } kernels;
+};
+
+// Reads `path` over the defaults, then applies `overrides` ("key.path=value"). Throws fg::Error
+// listing every problem found.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text (`origin` names it in messages).
+Config parse_config(const std::string& yaml, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+// The resolved configuration as YAML, every key with its one-line description as a comment.
+std::string dump_config(const Config& config);
+
+}  // namespace fg
