@@ -1,0 +1,100 @@
+// tests/test_safetensors.cpp: safetensors files: a round trip of every dtype with metadata, the
+// atomic write, the GPT's state dict under nanoGPT's names, and truncated or corrupt files
+// rejected with a message that says what is wrong.
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "models/gpt.h"
+#include "test_helpers.h"
+#include "train/safetensors.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string read_all(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors round trip, every dtype, metadata, atomic write", "[checkpoint]") {
+    const std::string path = "/tmp/fg_test_roundtrip.safetensors";
+    Tensor a = test::random_f32({3, 5});
+    Tensor b = test::random_f32({7}).to(DType::bf16);
+    Tensor c = Tensor::from_vector(std::vector<std::int32_t>{1, -2, 3}, {3});
+    Tensor d = test::random_f64({2, 2}, false);
+    Tensor e = test::random_f32({4}).to(DType::f16);
+    Tensor empty = Tensor::zeros({0, 3});
+    save_safetensors(path, {{"a", a}, {"b", b}, {"c", c}, {"d", d}, {"e", e}, {"empty", empty}},
+                     {{"step", "42"}});
+    REQUIRE_FALSE(std::ifstream(path + ".tmp").good());
+    std::string bytes = read_all(path);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    REQUIRE((8 + n) % 8 == 0);  // data aligned
+    SafetensorsFile f = load_safetensors(path);
+    REQUIRE(f.tensors.size() == 6);
+    REQUIRE(f.metadata.at("step") == "42");
+    REQUIRE(f.find("a")->to_vector<float>() == a.to_vector<float>());
+    REQUIRE(f.find("b")->dtype() == DType::bf16);
+    REQUIRE(f.find("b")->to_vector<float>() == b.to_vector<float>());
+    REQUIRE(f.find("c")->to_vector<std::int32_t>() == c.to_vector<std::int32_t>());
+    REQUIRE(f.find("d")->to_vector<double>() == d.to_vector<double>());
+    REQUIRE(f.find("e")->to_vector<float>() == e.to_vector<float>());
+    REQUIRE(f.find("empty")->shape() == Shape{0, 3});
+    REQUIRE(f.find("missing") == nullptr);
+}
+
+TEST_CASE("a GPT state dict saves under nanoGPT's names and shapes", "[checkpoint][gpt]") {
+    GPTConfig c;
+    c.vocab_size = 13;
+    c.block_size = 8;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 16;
+    Generator gen(1);
+    GPT model(c, gen);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (auto& [name, p] : model.state_dict()) tensors.emplace_back(name, *p);
+    const std::string path = "/tmp/fg_test_gpt.safetensors";
+    save_safetensors(path, tensors);
+    SafetensorsFile f = load_safetensors(path);
+    REQUIRE(f.tensors.size() == tensors.size());
+    for (const auto& [name, t] : tensors) {
+        INFO(name);
+        REQUIRE(f.find(name) != nullptr);
+        REQUIRE(f.find(name)->shape() == t.shape());
+        REQUIRE(f.find(name)->to_vector<float>() == t.to_vector<float>());
+    }
+    REQUIRE(f.find("transformer.h.1.attn.c_attn.weight")->shape() == Shape{48, 16});
+    REQUIRE(f.find("lm_head.weight")->to_vector<float>() ==
+            f.find("transformer.wte.weight")->to_vector<float>());
+}
+
+TEST_CASE("truncated and corrupt safetensors files are refused", "[checkpoint][errors]") {
+    const std::string path = "/tmp/fg_test_bad.safetensors";
+    save_safetensors(path, {{"w", test::random_f32({64, 64})}});
+    std::string good = read_all(path);
+    write_all(path, good.substr(0, good.size() - 100));
+    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("[checkpoint]") && Contains("tensor 'w'") &&
+                                                    Contains("truncated file?"));
+    write_all(path, good.substr(0, 5));
+    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("is truncated: 5 bytes, no header"));
+    std::string corrupt = good;
+    corrupt[8] = '#';  // the header's opening brace
+    write_all(path, corrupt);
+    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("has a corrupt header"));
+    std::string huge = good;
+    huge[7] = '\x7f';  // header length far beyond the file
+    write_all(path, huge);
+    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("the header claims"));
+    REQUIRE_THROWS_WITH(load_safetensors("/nonexistent/m.safetensors"), Contains("cannot read"));
+}

@@ -1,0 +1,135 @@
+// train/safetensors.cpp: see safetensors.h. The JSON header is read and written with nlohmann::json.
+#include "safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace fg {
+namespace {
+
+const char* st_dtype(DType t) {
+    switch (t) {
+        case DType::f32: return "F32";
+        case DType::f64: return "F64";
+        case DType::bf16: return "BF16";
+        case DType::f16: return "F16";
+        default: return "I32";
+    }
+}
+
+bool parse_dtype(const std::string& s, DType* t) {
+    static const std::map<std::string, DType> known{{"F32", DType::f32}, {"F64", DType::f64},
+                                                     {"BF16", DType::bf16}, {"F16", DType::f16},
+                                                     {"I32", DType::i32}};
+    auto it = known.find(s);
+    if (it == known.end()) return false;
+    *t = it->second;
+    return true;
+}
+
+}  // namespace
+
+const Tensor* SafetensorsFile::find(const std::string& name) const {
+    for (const auto& [n, t] : tensors)
+        if (n == name) return &t;
+    return nullptr;
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+    nlohmann::json header = nlohmann::json::object();
+    std::vector<std::vector<unsigned char>> blobs;
+    std::size_t offset = 0;
+    for (const auto& [name, t] : tensors) {
+        FG_CHECK(name != "__metadata__" && !header.contains(name), "checkpoint",
+                 "tensor name '", name, "' is reserved or repeated");
+        Tensor host = t.to(Device::cpu);
+        std::vector<unsigned char> bytes(host.nbytes());
+        if (!bytes.empty()) std::memcpy(bytes.data(), host.raw_data(), bytes.size());
+        header[name] = {{"dtype", st_dtype(t.dtype())},
+                        {"shape", t.shape()},
+                        {"data_offsets", {offset, offset + bytes.size()}}};
+        offset += bytes.size();
+        blobs.push_back(std::move(bytes));
+    }
+    if (!metadata.empty()) header["__metadata__"] = metadata;
+    std::string json = header.dump();
+    json.append((8 - json.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+    std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        FG_CHECK(out.good(), "checkpoint", "cannot write '", tmp, "'");
+        std::uint64_t n = json.size();
+        unsigned char len[8];
+        for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+        out.write(reinterpret_cast<const char*>(len), 8);
+        out.write(json.data(), static_cast<std::streamsize>(json.size()));
+        for (const auto& b : blobs) out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+        out.flush();
+        FG_CHECK(out.good(), "checkpoint", "writing '", tmp, "' failed (disk full?)");
+    }
+    FG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "checkpoint", "cannot rename '", tmp,
+             "' to '", path, "'");
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    FG_CHECK(in.good(), "checkpoint", "cannot read '", path, "'");
+    const auto size = static_cast<std::uint64_t>(in.tellg());
+    in.seekg(0);
+    FG_CHECK(size >= 8, "checkpoint", "'", path, "' is truncated: ", size, " bytes, no header");
+    unsigned char len[8];
+    in.read(reinterpret_cast<char*>(len), 8);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len[i]) << (8 * i);
+    FG_CHECK(n <= size - 8, "checkpoint", "'", path, "' is truncated or corrupt: the header claims ",
+             n, " bytes, the file has ", size - 8, " after the length");
+    std::string text(n, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(n));
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        fail("checkpoint", "'", path, "' has a corrupt header: ", e.what());
+    }
+    FG_CHECK(header.is_object(), "checkpoint", "'", path, "' has a corrupt header: not an object");
+    const std::uint64_t data_start = 8 + n, data_size = size - data_start;
+    SafetensorsFile file;
+    for (auto& [name, entry] : header.items()) {
+        if (name == "__metadata__") {
+            for (auto& [k, v] : entry.items())
+                file.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+            continue;
+        }
+        DType dtype;
+        FG_CHECK(entry.is_object() && entry.contains("dtype") && entry["dtype"].is_string() &&
+                     parse_dtype(entry["dtype"].get<std::string>(), &dtype) &&
+                     entry.contains("shape") && entry["shape"].is_array() &&
+                     entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
+                     entry["data_offsets"].size() == 2,
+                 "checkpoint", "'", path, "': tensor '", name, "' has a malformed entry ", entry.dump());
+        Shape shape = entry["shape"].get<Shape>();
+        auto begin = entry["data_offsets"][0].get<std::uint64_t>();
+        auto end = entry["data_offsets"][1].get<std::uint64_t>();
+        std::uint64_t want = static_cast<std::uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+        FG_CHECK(begin <= end && end <= data_size, "checkpoint", "'", path, "': tensor '", name,
+                 "' lies at bytes [", begin, ", ", end, ") but the data is ", data_size,
+                 " bytes (truncated file?)");
+        FG_CHECK(end - begin == want, "checkpoint", "'", path, "': tensor '", name, "' of shape ",
+                 shape_str(shape), " needs ", want, " bytes, the header gives ", end - begin);
+        Tensor t = Tensor::empty(shape, dtype);
+        in.seekg(static_cast<std::streamoff>(data_start + begin));
+        in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(want));
+        FG_CHECK(in.good() || want == 0, "checkpoint", "'", path, "': reading tensor '", name, "' failed");
+        file.tensors.emplace_back(name, t);
+    }
+    return file;
+}
+
+}  // namespace fg
