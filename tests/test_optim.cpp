@@ -44,7 +44,8 @@ TEST_CASE("AdamW follows PyTorch's update", "[optim]") {
         REQUIRE(test::max_abs_diff(b.to_vector<double>(), b0) < 1e-6);
     }
     REQUIRE(opt.steps() == 3);
-    REQUIRE(opt.state().size() == 4);
+    REQUIRE(opt.named_state().size() == 4);
+    REQUIRE(opt.named_state()[1].first == "w.exp_avg_sq");
 }
 
 TEST_CASE("AdamW with zero gradients only decays matrices", "[optim]") {

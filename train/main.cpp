@@ -1,6 +1,8 @@
 // train/main.cpp: the `fusegrad` command. The only place that catches exceptions: it prints
-// "error: ..." and exits non-zero. Subcommands: demo, info.
+// "error: ..." and exits non-zero. Subcommands: train, demo, info.
+#include <csignal>
 #include <cstdio>
+#include <iostream>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -9,6 +11,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "demo.h"
+#include "trainer.h"
 
 namespace {
 
@@ -16,6 +19,9 @@ const char* kUsage =
     "usage: fusegrad <command> [options]\n"
     "\n"
     "commands:\n"
+    "  train CONFIG.yaml [--set key.path=value]...\n"
+    "  train --resume RUN_DIR [--set key.path=value]...\n"
+    "        train a GPT from a YAML config (Ctrl-C saves a checkpoint and stops)\n"
     "  demo [--device auto|cpu|cuda] [--steps N] [--seed S]\n"
     "        train a small MLP with fusegrad's autograd (a tour of the core)\n"
     "  info  print the build and the devices fusegrad can use\n";
@@ -54,6 +60,31 @@ int run(const std::vector<std::string>& args) {
             std::printf("cuda device: none\n");
         }
         return 0;
+    }
+    if (command == "train") {
+        std::string config, resume;
+        std::vector<std::string> overrides;
+        for (std::size_t i = 1; i < args.size(); ++i) {
+            if (args[i] == "--set" || args[i] == "--resume") {
+                FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
+                (args[i] == "--set" ? overrides.emplace_back() : resume) = args[i + 1];
+                ++i;
+            } else if (config.empty() && args[i].rfind("--", 0) != 0) {
+                config = args[i];
+            } else {
+                fg::fail("cli", "unexpected argument '", args[i], "' for train");
+            }
+        }
+        FG_CHECK(config.empty() != resume.empty(), "cli",
+                 "train takes a config file or --resume RUN_DIR (one of them)");
+        std::signal(SIGINT, [](int) { fg::Trainer::request_stop(); });
+        std::unique_ptr<fg::Trainer> trainer;
+        if (resume.empty())
+            trainer = std::make_unique<fg::Trainer>(fg::load_config(config, overrides), std::cout);
+        else
+            trainer = fg::Trainer::resume(resume, overrides, std::cout);
+        trainer->run();
+        return fg::Trainer::stop_requested() ? 130 : 0;
     }
     if (command == "demo") {
         fg::DemoOptions opt;

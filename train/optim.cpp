@@ -91,11 +91,11 @@ void AdamW::step(double lr) {
     }
 }
 
-std::vector<Tensor*> AdamW::state() {
-    std::vector<Tensor*> out;
+std::vector<std::pair<std::string, Tensor*>> AdamW::named_state() {
+    std::vector<std::pair<std::string, Tensor*>> out;
     for (std::size_t i = 0; i < m_.size(); ++i) {
-        out.push_back(&m_[i]);
-        out.push_back(&v_[i]);
+        out.emplace_back(params_[i].name + ".exp_avg", &m_[i]);
+        out.emplace_back(params_[i].name + ".exp_avg_sq", &v_[i]);
     }
     return out;
 }
@@ -130,9 +130,10 @@ void SGD::step(double lr) {
     }
 }
 
-std::vector<Tensor*> SGD::state() {
-    std::vector<Tensor*> out;
-    for (Tensor& b : buf_) out.push_back(&b);
+std::vector<std::pair<std::string, Tensor*>> SGD::named_state() {
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (std::size_t i = 0; i < buf_.size(); ++i)
+        out.emplace_back(params_[i].name + ".momentum_buffer", &buf_[i]);
     return out;
 }
 

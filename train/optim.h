@@ -27,8 +27,13 @@ public:
     virtual ~Optimizer() = default;
     // One update of every parameter that has a gradient, with learning rate lr.
     virtual void step(double lr) = 0;
+    // The optimizer's tensors by name ("<param>.exp_avg", ...), for checkpoints; a tensor may be
+    // undefined until the first step (SGD's momentum buffer).
+    virtual std::vector<std::pair<std::string, Tensor*>> named_state() = 0;
+    virtual const char* name() const = 0;
     void zero_grad();
     std::int64_t steps() const { return steps_; }
+    void set_steps(std::int64_t steps) { steps_ = steps; }
 
 protected:
     explicit Optimizer(std::vector<NamedParam> params);
@@ -44,9 +49,8 @@ class AdamW final : public Optimizer {
 public:
     AdamW(std::vector<NamedParam> params, const AdamWOptions& options);
     void step(double lr) override;
-    // The moments, in parameter order (for checkpoints): exp_avg and exp_avg_sq of each.
-    std::vector<Tensor*> state();
-    void set_steps(std::int64_t steps) { steps_ = steps; }
+    std::vector<std::pair<std::string, Tensor*>> named_state() override;  // exp_avg, exp_avg_sq
+    const char* name() const override { return "adamw"; }
 
 private:
     AdamWOptions opt_;
@@ -62,7 +66,8 @@ class SGD final : public Optimizer {
 public:
     SGD(std::vector<NamedParam> params, const SGDOptions& options);
     void step(double lr) override;
-    std::vector<Tensor*> state();
+    std::vector<std::pair<std::string, Tensor*>> named_state() override;  // momentum_buffer
+    const char* name() const override { return "sgd"; }
 
 private:
     SGDOptions opt_;

@@ -1,0 +1,352 @@
+// train/trainer.cpp: see trainer.h.
+#include "trainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <ostream>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "safetensors.h"
+
+namespace fg {
+namespace {
+
+namespace fs = std::filesystem;
+std::atomic<bool> g_stop{false};
+
+Device resolve_device(const std::string& name) {
+    if (name == "cpu") return Device::cpu;
+    if (name == "cuda") {
+        cuda_backend("train.device: cuda");  // a clear error without a GPU or a CUDA build
+        return Device::cuda;
+    }
+    return cuda_is_available() ? Device::cuda : Device::cpu;
+}
+
+NormReduction resolve_reduction(const std::string& name) {
+    if (name == "grid") return NormReduction::grid;
+    if (name == "locked") return NormReduction::locked;
+    return NormReduction::automatic;
+}
+
+std::string fmt(const char* format, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
+}
+
+// Writes `text` to `path` through a temporary file and a rename.
+void write_atomically(const std::string& path, const std::string& text) {
+    std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        FG_CHECK(out.good(), "train", "cannot write '", tmp, "'");
+    }
+    FG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "train", "cannot rename '", tmp, "'");
+}
+
+std::vector<std::pair<std::string, Tensor>> to_list(
+    const std::vector<std::pair<std::string, Tensor*>>& named) {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const auto& [name, t] : named)
+        if (t->defined()) out.emplace_back(name, *t);
+    return out;
+}
+
+// Copies a checkpoint tensor into `target`, keeping its device and requires_grad.
+void assign(Tensor& target, const Tensor& source, const std::string& name, const std::string& file,
+            Device device) {
+    if (target.defined())
+        FG_CHECK(source.shape() == target.shape(), "resume", "'", file, "': ", name, " has shape ",
+                 shape_str(source.shape()), ", the model needs ", shape_str(target.shape()),
+                 " (a different model shape?)");
+    bool grad = target.defined() && target.requires_grad();
+    NoGradGuard no_grad;
+    target = source.to(device).detach();
+    if (grad) target.set_requires_grad(true);
+}
+
+}  // namespace
+
+void Trainer::request_stop() { g_stop = true; }
+bool Trainer::stop_requested() { return g_stop; }
+
+Trainer::Trainer(const Config& config, std::ostream& log) : Trainer(config, log, false) {}
+
+Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
+    : cfg_(config), log_(log), device_(resolve_device(config.train.device)),
+      dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1) {
+    const Config& c = cfg_;
+    if (c.data.kind == "addition")
+        data_ = std::make_unique<AdditionData>(c.data.digits, c.data.val_fraction,
+                                               static_cast<std::uint64_t>(c.train.seed));
+    else
+        data_ = std::make_unique<TextData>(c.data.path, c.data.val_fraction, c.model.block_size);
+    std::int64_t vocab = data_->vocab().size();
+    FG_CHECK(c.model.vocab_size == 0 || c.model.vocab_size >= vocab, "train", "model.vocab_size (",
+             c.model.vocab_size, ") is smaller than the data's vocabulary (", vocab, ")");
+    FG_CHECK(data_->sequence_length() <= c.model.block_size, "train", "model.block_size (",
+             c.model.block_size, ") is shorter than one addition problem (",
+             data_->sequence_length(), " tokens)");
+    GPTConfig g;
+    g.vocab_size = c.model.vocab_size ? c.model.vocab_size : vocab;
+    g.block_size = c.model.block_size;
+    g.n_layer = c.model.n_layer;
+    g.n_head = c.model.n_head;
+    g.n_embd = c.model.n_embd;
+    g.rmsnorm = c.model.norm == "rmsnorm";
+    g.bias = c.model.bias;
+    g.dropout = c.model.dropout;
+    g.norm_reduction = resolve_reduction(c.kernels.norm_reduction);
+    Generator init(static_cast<std::uint64_t>(c.train.seed));
+    model_ = std::make_unique<GPT>(g, init, device_);
+    for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
+    if (c.optim.name == "sgd") {
+        opt_ = std::make_unique<SGD>(params_, SGDOptions{c.optim.momentum, c.optim.weight_decay});
+    } else {
+        AdamWOptions o;
+        o.beta1 = c.optim.beta1;
+        o.beta2 = c.optim.beta2;
+        o.weight_decay = c.optim.weight_decay;
+        opt_ = std::make_unique<AdamW>(params_, o);
+    }
+    default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
+
+    fs::create_directories(dir_);
+    if (!resuming)
+        FG_CHECK(!fs::exists(fs::path(dir_) / "train_state.safetensors"), "train", "'", dir_,
+                 "' already holds a run: resume it with --resume ", dir_,
+                 ", or set train.out_dir to a new directory");
+    write_atomically((fs::path(dir_) / "config.yaml").string(), dump_config(cfg_));
+    write_atomically((fs::path(dir_) / "vocab.txt").string(), data_->vocab().chars());
+    log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
+         << device_name(device_) << ", data " << c.data.kind << " (vocabulary " << vocab
+         << "), run directory " << dir_ << "\n";
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
+                                         const std::vector<std::string>& overrides,
+                                         std::ostream& log) {
+    std::string cfg_path = (fs::path(run_dir) / "config.yaml").string();
+    FG_CHECK(fs::exists(fs::path(run_dir) / "train_state.safetensors"), "resume", "'", run_dir,
+             "' holds no checkpoint (train_state.safetensors is missing)");
+    Config cfg = load_config(cfg_path, overrides);
+    cfg.train.out_dir = run_dir;
+    std::unique_ptr<Trainer> t(new Trainer(cfg, log, true));
+    t->load_checkpoint(run_dir);
+    log << "resumed at step " << t->step_ << "\n";
+    return t;
+}
+
+void Trainer::load_checkpoint(const std::string& run_dir) {
+    std::string model_path = (fs::path(run_dir) / "model.safetensors").string();
+    std::string state_path = (fs::path(run_dir) / "train_state.safetensors").string();
+    SafetensorsFile weights = load_safetensors(model_path);
+    for (auto& [name, p] : model_->state_dict()) {
+        const Tensor* t = weights.find(name);
+        FG_CHECK(t != nullptr, "resume", "'", model_path, "' has no tensor '", name,
+                 "' (a different model shape?)");
+        assign(*p, *t, name, model_path, device_);
+    }
+    SafetensorsFile state = load_safetensors(state_path);
+    FG_CHECK(state.metadata.count("optimizer") && state.metadata.at("optimizer") == opt_->name(),
+             "resume", "'", state_path, "' was written by another optimizer than optim.name = ",
+             opt_->name());
+    for (auto& [name, t] : opt_->named_state()) {
+        const Tensor* s = state.find(name);
+        if (s) assign(*t, *s, name, state_path, device_);
+    }
+    auto number = [&](const char* key) -> std::uint64_t {
+        FG_CHECK(state.metadata.count(key), "resume", "'", state_path, "' lacks '", key, "'");
+        return std::stoull(state.metadata.at(key));
+    };
+    step_ = static_cast<std::int64_t>(number("step"));
+    opt_->set_steps(static_cast<std::int64_t>(number("optimizer_steps")));
+    data_gen_.set_state(number("data_seed"), number("data_offset"));
+    default_generator().set_state(number("dropout_seed"), number("dropout_offset"));
+    best_val_ = std::stod(state.metadata.at("best_val"));
+}
+
+void Trainer::save_checkpoint() {
+    fs::path dir(dir_);
+    save_safetensors((dir / "model.safetensors").string(), to_list(model_->state_dict()),
+                     {{"format", "pt"}, {"step", std::to_string(step_)}});
+    std::ostringstream best;
+    best.precision(17);
+    best << best_val_;
+    save_safetensors((dir / "train_state.safetensors").string(), to_list(opt_->named_state()),
+                     {{"step", std::to_string(step_)},
+                      {"optimizer", opt_->name()},
+                      {"optimizer_steps", std::to_string(opt_->steps())},
+                      {"data_seed", std::to_string(data_gen_.seed())},
+                      {"data_offset", std::to_string(data_gen_.offset())},
+                      {"dropout_seed", std::to_string(default_generator().seed())},
+                      {"dropout_offset", std::to_string(default_generator().offset())},
+                      {"best_val", best.str()}});
+}
+
+void Trainer::log_metrics(const std::string& json_line) {
+    std::ofstream out(fs::path(dir_) / "metrics.jsonl", std::ios::app);
+    out << json_line << "\n";
+}
+
+double Trainer::train_step() {
+    const Config& c = cfg_;
+    model_->train(true);
+    opt_->zero_grad();
+    double loss_sum = 0.0;
+    for (std::int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
+        Batch b = data_->batch(Split::train, c.train.batch_size, data_gen_, device_);
+        Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
+        scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
+        loss_sum += loss.item();
+    }
+    double norm = clip_grad_norm(model_->parameters(), c.optim.grad_clip);
+    double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
+    opt_->step(lr);
+    ++step_;
+    double loss = loss_sum / static_cast<double>(c.train.grad_accum);
+    losses_.push_back(loss);
+    last_lr_ = lr;
+    last_norm_ = norm;
+    return loss;
+}
+
+EvalResult Trainer::evaluate() {
+    NoGradGuard no_grad;
+    model_->train(false);
+    EvalResult r;
+    Generator gen(static_cast<std::uint64_t>(cfg_.train.seed) + 3);  // the same batches each time
+    for (Split split : {Split::train, Split::val}) {
+        double total = 0.0;
+        for (std::int64_t i = 0; i < cfg_.train.eval_iters; ++i) {
+            Batch b = data_->batch(split, cfg_.train.batch_size, gen, device_);
+            total += model_->loss(model_->forward(b.inputs), b.targets).item();
+        }
+        (split == Split::train ? r.train_loss : r.val_loss) = total / cfg_.train.eval_iters;
+    }
+    if (auto* add = dynamic_cast<const AdditionData*>(data_.get())) {
+        auto pairs = add->held_out_pairs();
+        if (pairs.size() > 2000) pairs.resize(2000);
+        std::vector<std::int32_t> prompt_ids;
+        for (auto [a, b] : pairs) {
+            std::vector<std::int32_t> ids = add->vocab().encode(add->prompt(a, b));
+            prompt_ids.insert(prompt_ids.end(), ids.begin(), ids.end());
+        }
+        const auto n = static_cast<std::int64_t>(pairs.size()), p = 2 * add->digits() + 2;
+        Tensor out = generate(*model_, Tensor::from_vector(prompt_ids, {n, p}, device_),
+                              add->digits() + 1, 0.0, 0, gen);
+        std::vector<std::int32_t> ids = out.to_vector<std::int32_t>();
+        const std::int64_t width = p + add->digits() + 1;
+        std::int64_t correct = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+            std::vector<std::int32_t> row(ids.begin() + i * width, ids.begin() + (i + 1) * width);
+            correct += add->vocab().decode(row) == add->problem(pairs[i].first, pairs[i].second);
+        }
+        r.accuracy = n ? static_cast<double>(correct) / n : 0.0;
+    }
+    model_->train(true);
+    return r;
+}
+
+void Trainer::run(std::int64_t stop_at) {
+    const Config& c = cfg_;
+    const std::int64_t last = stop_at >= 0 ? std::min(stop_at, c.train.steps) : c.train.steps;
+    const std::int64_t tokens_per_step = c.train.batch_size * c.train.grad_accum * data_->sequence_length();
+    const std::int64_t print_every = std::max<std::int64_t>(1, c.train.eval_interval / 5);
+    while (step_ < last && !stop_requested()) {
+        auto start = std::chrono::steady_clock::now();
+        double loss = train_step();
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        double tps = tokens_per_step / (ms / 1000.0);
+        log_metrics("{\"step\": " + std::to_string(step_) + ", \"loss\": " + fmt("%.6f", loss) +
+                    ", \"lr\": " + fmt("%.6g", last_lr_) + ", \"grad_norm\": " + fmt("%.5f", last_norm_) +
+                    ", \"ms\": " + fmt("%.2f", ms) + ", \"tokens_per_s\": " + fmt("%.0f", tps) + "}");
+        if (step_ % print_every == 0 || step_ == 1)
+            log_ << "step " << step_ << "/" << c.train.steps << "  loss " << fmt("%.4f", loss)
+                 << "  lr " << fmt("%.2e", last_lr_) << "  |g| " << fmt("%.3f", last_norm_) << "  "
+                 << fmt("%.1f", ms) << " ms/step  " << fmt("%.0f", tps) << " tok/s\n" << std::flush;
+        if (step_ % c.train.eval_interval == 0 || step_ == c.train.steps) {
+            EvalResult e = evaluate();
+            bool best = e.val_loss < best_val_;
+            if (best) {
+                best_val_ = e.val_loss;
+                save_safetensors((fs::path(dir_) / "best.safetensors").string(),
+                                 to_list(model_->state_dict()),
+                                 {{"format", "pt"}, {"step", std::to_string(step_)}});
+            }
+            std::string acc = e.accuracy >= 0 ? ", \"accuracy\": " + fmt("%.4f", e.accuracy) : "";
+            log_metrics("{\"step\": " + std::to_string(step_) + ", \"train_loss\": " +
+                        fmt("%.6f", e.train_loss) + ", \"val_loss\": " + fmt("%.6f", e.val_loss) + acc + "}");
+            log_ << "eval step " << step_ << ": train loss " << fmt("%.4f", e.train_loss)
+                 << ", val loss " << fmt("%.4f", e.val_loss);
+            if (e.accuracy >= 0) log_ << ", held-out exact match " << fmt("%.1f", 100 * e.accuracy) << "%";
+            log_ << (best ? " (best so far)" : "") << "\n" << std::flush;
+        }
+        if (step_ % c.train.checkpoint_interval == 0) save_checkpoint();
+    }
+    save_checkpoint();
+    if (stop_requested()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
+}
+
+Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,
+                std::int64_t top_k, Generator& gen) {
+    NoGradGuard no_grad;
+    bool was_training = model.training();
+    model.train(false);
+    const std::int64_t n = prompts.size(0), block = model.config().block_size;
+    const std::int64_t vocab = model.config().vocab_size;
+    std::vector<std::int32_t> seq = prompts.to_vector<std::int32_t>();
+    std::int64_t len = prompts.size(1);
+    for (std::int64_t s = 0; s < steps; ++s) {
+        std::int64_t ctx = std::min(len, block);
+        std::vector<std::int32_t> window(n * ctx);
+        for (std::int64_t i = 0; i < n; ++i)
+            std::copy(seq.begin() + i * len + (len - ctx), seq.begin() + (i + 1) * len,
+                      window.begin() + i * ctx);
+        Tensor logits = model.forward(Tensor::from_vector(window, {n, ctx}, prompts.device()));
+        std::vector<float> all = logits.to_vector<float>();
+        std::vector<std::int32_t> next(n);
+        for (std::int64_t i = 0; i < n; ++i) {
+            const float* row = all.data() + (i * ctx + ctx - 1) * vocab;
+            if (temperature <= 0.0) {
+                next[i] = static_cast<std::int32_t>(std::max_element(row, row + vocab) - row);
+                continue;
+            }
+            std::vector<std::pair<float, std::int32_t>> cand;
+            for (std::int64_t v = 0; v < vocab; ++v) cand.emplace_back(row[v], static_cast<std::int32_t>(v));
+            std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
+            if (top_k > 0 && top_k < vocab) cand.resize(top_k);
+            double total = 0.0;
+            std::vector<double> w(cand.size());
+            for (std::size_t k = 0; k < cand.size(); ++k)
+                total += w[k] = std::exp((cand[k].first - cand[0].first) / temperature);
+            double u = rand({1}, Device::cpu, &gen).to_vector<float>()[0] * total;
+            std::size_t k = 0;
+            while (k + 1 < cand.size() && u >= w[k]) u -= w[k++];
+            next[i] = cand[k].second;
+        }
+        std::vector<std::int32_t> grown(n * (len + 1));
+        for (std::int64_t i = 0; i < n; ++i) {
+            std::copy(seq.begin() + i * len, seq.begin() + (i + 1) * len, grown.begin() + i * (len + 1));
+            grown[i * (len + 1) + len] = next[i];
+        }
+        seq.swap(grown);
+        ++len;
+    }
+    model.train(was_training);
+    return Tensor::from_vector(seq, {n, len}, prompts.device());
+}
+
+}  // namespace fg

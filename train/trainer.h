@@ -1,0 +1,82 @@
+// train/trainer.h: one training run, from a Config to a run directory.
+//
+// The run directory holds: config.yaml (the resolved config), vocab.txt (the vocabulary, one
+// character per id, as bytes), model.safetensors (the latest weights, nanoGPT's names),
+// best.safetensors (the weights of the best validation loss so far), train_state.safetensors
+// (optimizer moments, step, generator offsets, best loss) and metrics.jsonl (one JSON line per
+// step and per evaluation). Checkpoints are written to a temporary file and renamed.
+//
+// Reproducibility: every random draw (init, data, dropout) comes from generators seeded by
+// train.seed whose offsets are saved, so a resumed run on the CPU continues with bitwise the same
+// losses as an uninterrupted one.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "config.h"
+#include "data.h"
+#include "models/gpt.h"
+#include "optim.h"
+
+namespace fg {
+
+struct EvalResult {
+    double train_loss = 0.0, val_loss = 0.0;
+    double accuracy = -1.0;  // exact match on held-out addition problems; -1 for text
+};
+
+class Trainer {
+public:
+    // A new run in config.train.out_dir (created; an existing checkpoint there is an error unless
+    // resuming).
+    Trainer(const Config& config, std::ostream& log);
+    // Continues the run in `run_dir` from its checkpoint; `overrides` may change training keys
+    // (steps, eval_interval, ...) but not the model's shape.
+    static std::unique_ptr<Trainer> resume(const std::string& run_dir,
+                                           const std::vector<std::string>& overrides,
+                                           std::ostream& log);
+
+    // Trains until train.steps, or until step `stop_at` (when >= 0), or until stop_requested()
+    // turns true; then saves a checkpoint and returns. Stopping early changes nothing else: the
+    // schedule still spans train.steps, so a resumed run continues exactly.
+    void run(std::int64_t stop_at = -1);
+    EvalResult evaluate();
+    void save_checkpoint();
+    std::int64_t step() const { return step_; }
+    const std::vector<double>& losses() const { return losses_; }  // training loss of each step
+    GPT& model() { return *model_; }
+    const Dataset& data() const { return *data_; }
+
+    // Set from a SIGINT handler: finish the current step, save, return from run().
+    static void request_stop();
+    static bool stop_requested();
+
+private:
+    Trainer(const Config& config, std::ostream& log, bool resuming);
+    void load_checkpoint(const std::string& run_dir);
+    double train_step();
+    void log_metrics(const std::string& json_line);
+
+    Config cfg_;
+    std::ostream& log_;
+    Device device_;
+    std::string dir_;
+    std::unique_ptr<Dataset> data_;
+    std::unique_ptr<GPT> model_;
+    std::unique_ptr<Optimizer> opt_;
+    std::vector<NamedParam> params_;
+    Generator data_gen_;
+    std::int64_t step_ = 0;
+    double best_val_ = 1e300;
+    double last_lr_ = 0.0, last_norm_ = 0.0;
+    std::vector<double> losses_;
+};
+
+// Greedy (temperature 0) or sampled continuation of `prompts` (i32 (N, P)) by `steps` tokens;
+// returns (N, P + steps). Contexts longer than block_size keep their last block_size tokens.
+Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,
+                std::int64_t top_k, Generator& gen);
+
+}  // namespace fg
