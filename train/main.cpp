@@ -24,6 +24,11 @@ const char* kUsage =
     "        train a GPT from a YAML config (Ctrl-C saves a checkpoint and stops)\n"
     "  demo [--device auto|cpu|cuda] [--steps N] [--seed S]\n"
     "        train a small MLP with fusegrad's autograd (a tour of the core)\n"
+    "  sample RUN_DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
+    "         [--seed S] [--best] [--device auto|cpu|cuda]\n"
+    "        continue a prompt with a trained model (temperature 0: greedy)\n"
+    "  eval RUN_DIR [--best] [--device auto|cpu|cuda]\n"
+    "        train and validation loss (and held-out accuracy for addition)\n"
     "  info  print the build and the devices fusegrad can use\n";
 
 fg::Device parse_device(const std::string& value) {
@@ -85,6 +90,55 @@ int run(const std::vector<std::string>& args) {
             trainer = fg::Trainer::resume(resume, overrides, std::cout);
         trainer->run();
         return fg::Trainer::stop_requested() ? 130 : 0;
+    }
+    if (command == "sample" || command == "eval") {
+        FG_CHECK(args.size() >= 2 && args[1].rfind("--", 0) != 0, "cli", command, " needs a run directory");
+        std::string run_dir = args[1], prompt, device = "auto";
+        long max_new = 64, top_k = 0, seed = 0;
+        double temperature = 1.0;
+        bool best = false;
+        for (std::size_t i = 2; i < args.size(); ++i) {
+            const std::string& flag = args[i];
+            if (flag == "--best") {
+                best = true;
+                continue;
+            }
+            FG_CHECK(i + 1 < args.size(), "cli", flag, " needs a value");
+            const std::string& value = args[++i];
+            if (flag == "--prompt") prompt = value;
+            else if (flag == "--max-new-tokens") max_new = parse_int(flag, value, 1);
+            else if (flag == "--top-k") top_k = parse_int(flag, value, 0);
+            else if (flag == "--seed") seed = parse_int(flag, value, 0);
+            else if (flag == "--device") device = value;
+            else if (flag == "--temperature") {
+                char* end = nullptr;
+                temperature = std::strtod(value.c_str(), &end);
+                FG_CHECK(end && *end == '\0' && temperature >= 0, "cli",
+                         "--temperature needs a number >= 0, got '", value, "'");
+            } else {
+                fg::fail("cli", "unknown option '", flag, "' for ", command);
+            }
+        }
+        fg::Device dev = fg::resolve_device(device);
+        if (command == "eval") {  // reads the run directory, writes nothing
+            fg::LoadedModel run = fg::load_run(run_dir, best, dev);
+            std::unique_ptr<fg::Dataset> data = fg::make_dataset(run.config);
+            fg::EvalResult e = fg::evaluate_model(*run.model, *data, run.config, dev);
+            std::printf("train loss %.4f, val loss %.4f", e.train_loss, e.val_loss);
+            if (e.accuracy >= 0) std::printf(", held-out exact match %.1f%%", 100 * e.accuracy);
+            std::printf("\n");
+            return 0;
+        }
+        fg::LoadedModel run = fg::load_run(run_dir, best, dev);
+        if (prompt.empty() && run.config.data.kind == "addition") prompt = "12+34=";
+        FG_CHECK(!prompt.empty(), "cli", "sample needs --prompt TEXT");
+        std::vector<std::int32_t> ids = run.vocab.encode(prompt, "prompt");
+        fg::Generator gen(static_cast<std::uint64_t>(seed));
+        fg::Tensor out = fg::generate(*run.model,
+                                      fg::Tensor::from_vector(ids, {1, (std::int64_t)ids.size()}, dev),
+                                      max_new, temperature, top_k, gen);
+        std::printf("%s\n", run.vocab.decode(out.to_vector<std::int32_t>()).c_str());
+        return 0;
     }
     if (command == "demo") {
         fg::DemoOptions opt;

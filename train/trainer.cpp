@@ -24,15 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 std::atomic<bool> g_stop{false};
 
-Device resolve_device(const std::string& name) {
-    if (name == "cpu") return Device::cpu;
-    if (name == "cuda") {
-        cuda_backend("train.device: cuda");  // a clear error without a GPU or a CUDA build
-        return Device::cuda;
-    }
-    return cuda_is_available() ? Device::cuda : Device::cpu;
-}
-
 NormReduction resolve_reduction(const std::string& name) {
     if (name == "grid") return NormReduction::grid;
     if (name == "locked") return NormReduction::locked;
@@ -79,6 +70,44 @@ void assign(Tensor& target, const Tensor& source, const std::string& name, const
 
 }  // namespace
 
+Device resolve_device(const std::string& name) {
+    if (name == "cpu") return Device::cpu;
+    if (name == "cuda") {
+        cuda_backend("train.device: cuda");  // a clear error without a GPU or a CUDA build
+        return Device::cuda;
+    }
+    return cuda_is_available() ? Device::cuda : Device::cpu;
+}
+
+LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
+    LoadedModel out;
+    fs::path dir(run_dir);
+    out.config = load_config((dir / "config.yaml").string());
+    std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
+    FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
+    out.vocab = CharVocab(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
+    const Config& c = out.config;
+    GPTConfig g;
+    g.vocab_size = c.model.vocab_size ? c.model.vocab_size : out.vocab.size();
+    g.block_size = c.model.block_size;
+    g.n_layer = c.model.n_layer;
+    g.n_head = c.model.n_head;
+    g.n_embd = c.model.n_embd;
+    g.rmsnorm = c.model.norm == "rmsnorm";
+    g.bias = c.model.bias;
+    Generator init(0);
+    out.model = std::make_unique<GPT>(g, init, device);
+    std::string path = (dir / (best ? "best.safetensors" : "model.safetensors")).string();
+    SafetensorsFile weights = load_safetensors(path);
+    for (auto& [name, p] : out.model->state_dict()) {
+        const Tensor* t = weights.find(name);
+        FG_CHECK(t != nullptr, "load", "'", path, "' has no tensor '", name, "'");
+        assign(*p, *t, name, path, device);
+    }
+    out.model->train(false);
+    return out;
+}
+
 void Trainer::request_stop() { g_stop = true; }
 bool Trainer::stop_requested() { return g_stop; }
 
@@ -88,11 +117,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     : cfg_(config), log_(log), device_(resolve_device(config.train.device)),
       dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1) {
     const Config& c = cfg_;
-    if (c.data.kind == "addition")
-        data_ = std::make_unique<AdditionData>(c.data.digits, c.data.val_fraction,
-                                               static_cast<std::uint64_t>(c.train.seed));
-    else
-        data_ = std::make_unique<TextData>(c.data.path, c.data.val_fraction, c.model.block_size);
+    data_ = make_dataset(c);
     std::int64_t vocab = data_->vocab().size();
     FG_CHECK(c.model.vocab_size == 0 || c.model.vocab_size >= vocab, "train", "model.vocab_size (",
              c.model.vocab_size, ") is smaller than the data's vocabulary (", vocab, ")");
@@ -223,20 +248,30 @@ double Trainer::train_step() {
     return loss;
 }
 
-EvalResult Trainer::evaluate() {
+EvalResult Trainer::evaluate() { return evaluate_model(*model_, *data_, cfg_, device_); }
+
+std::unique_ptr<Dataset> make_dataset(const Config& c) {
+    if (c.data.kind == "addition")
+        return std::make_unique<AdditionData>(c.data.digits, c.data.val_fraction,
+                                              static_cast<std::uint64_t>(c.train.seed));
+    return std::make_unique<TextData>(c.data.path, c.data.val_fraction, c.model.block_size);
+}
+
+EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, Device device) {
     NoGradGuard no_grad;
-    model_->train(false);
+    bool was_training = model.training();
+    model.train(false);
     EvalResult r;
-    Generator gen(static_cast<std::uint64_t>(cfg_.train.seed) + 3);  // the same batches each time
+    Generator gen(static_cast<std::uint64_t>(cfg.train.seed) + 3);  // the same batches each time
     for (Split split : {Split::train, Split::val}) {
         double total = 0.0;
-        for (std::int64_t i = 0; i < cfg_.train.eval_iters; ++i) {
-            Batch b = data_->batch(split, cfg_.train.batch_size, gen, device_);
-            total += model_->loss(model_->forward(b.inputs), b.targets).item();
+        for (std::int64_t i = 0; i < cfg.train.eval_iters; ++i) {
+            Batch b = data.batch(split, cfg.train.batch_size, gen, device);
+            total += model.loss(model.forward(b.inputs), b.targets).item();
         }
-        (split == Split::train ? r.train_loss : r.val_loss) = total / cfg_.train.eval_iters;
+        (split == Split::train ? r.train_loss : r.val_loss) = total / cfg.train.eval_iters;
     }
-    if (auto* add = dynamic_cast<const AdditionData*>(data_.get())) {
+    if (auto* add = dynamic_cast<const AdditionData*>(&data)) {
         auto pairs = add->held_out_pairs();
         if (pairs.size() > 2000) pairs.resize(2000);
         std::vector<std::int32_t> prompt_ids;
@@ -245,7 +280,7 @@ EvalResult Trainer::evaluate() {
             prompt_ids.insert(prompt_ids.end(), ids.begin(), ids.end());
         }
         const auto n = static_cast<std::int64_t>(pairs.size()), p = 2 * add->digits() + 2;
-        Tensor out = generate(*model_, Tensor::from_vector(prompt_ids, {n, p}, device_),
+        Tensor out = generate(model, Tensor::from_vector(prompt_ids, {n, p}, device),
                               add->digits() + 1, 0.0, 0, gen);
         std::vector<std::int32_t> ids = out.to_vector<std::int32_t>();
         const std::int64_t width = p + add->digits() + 1;
@@ -256,7 +291,7 @@ EvalResult Trainer::evaluate() {
         }
         r.accuracy = n ? static_cast<double>(correct) / n : 0.0;
     }
-    model_->train(true);
+    model.train(was_training);
     return r;
 }
 

@@ -74,6 +74,21 @@ private:
     std::vector<double> losses_;
 };
 
+// A trained model read back from a run directory (config.yaml, vocab.txt and model.safetensors,
+// or best.safetensors with `best`), on `device`, in eval mode.
+struct LoadedModel {
+    Config config;
+    CharVocab vocab{""};
+    std::unique_ptr<GPT> model;
+};
+LoadedModel load_run(const std::string& run_dir, bool best, Device device);
+// The dataset a config describes.
+std::unique_ptr<Dataset> make_dataset(const Config& config);
+// Mean train and validation loss over eval_iters batches (the same batches every time), and for
+// addition the exact-match accuracy on (up to 2000) held-out problems by greedy decoding.
+EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& config, Device device);
+Device resolve_device(const std::string& name);  // auto, cpu or cuda (an error without CUDA)
+
 // Greedy (temperature 0) or sampled continuation of `prompts` (i32 (N, P)) by `steps` tokens;
 // returns (N, P + steps). Contexts longer than block_size keep their last block_size tokens.
 Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,
