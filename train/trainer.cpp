@@ -24,12 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 std::atomic<bool> g_stop{false};
 
-NormReduction resolve_reduction(const std::string& name) {
-    if (name == "grid") return NormReduction::grid;
-    if (name == "locked") return NormReduction::locked;
-    return NormReduction::automatic;
-}
-
 std::string fmt(const char* format, double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, format, v);
@@ -79,6 +73,23 @@ Device resolve_device(const std::string& name) {
     return cuda_is_available() ? Device::cuda : Device::cpu;
 }
 
+// The model a config describes, with `vocab` tokens unless model.vocab_size says more.
+GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
+    GPTConfig g;
+    g.vocab_size = c.model.vocab_size ? c.model.vocab_size : vocab;
+    g.block_size = c.model.block_size;
+    g.n_layer = c.model.n_layer;
+    g.n_head = c.model.n_head;
+    g.n_embd = c.model.n_embd;
+    g.rmsnorm = c.model.norm == "rmsnorm";
+    g.bias = c.model.bias;
+    g.dropout = c.model.dropout;
+    g.norm_reduction = c.kernels.norm_reduction == "grid"     ? NormReduction::grid
+                       : c.kernels.norm_reduction == "locked" ? NormReduction::locked
+                                                              : NormReduction::automatic;
+    return g;
+}
+
 LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     LoadedModel out;
     fs::path dir(run_dir);
@@ -86,17 +97,8 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
     out.vocab = CharVocab(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
-    const Config& c = out.config;
-    GPTConfig g;
-    g.vocab_size = c.model.vocab_size ? c.model.vocab_size : out.vocab.size();
-    g.block_size = c.model.block_size;
-    g.n_layer = c.model.n_layer;
-    g.n_head = c.model.n_head;
-    g.n_embd = c.model.n_embd;
-    g.rmsnorm = c.model.norm == "rmsnorm";
-    g.bias = c.model.bias;
-    Generator init(0);
-    out.model = std::make_unique<GPT>(g, init, device);
+    Generator init(0);  // overwritten by the checkpoint
+    out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
     std::string path = (dir / (best ? "best.safetensors" : "model.safetensors")).string();
     SafetensorsFile weights = load_safetensors(path);
     for (auto& [name, p] : out.model->state_dict()) {
@@ -124,18 +126,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     FG_CHECK(data_->sequence_length() <= c.model.block_size, "train", "model.block_size (",
              c.model.block_size, ") is shorter than one addition problem (",
              data_->sequence_length(), " tokens)");
-    GPTConfig g;
-    g.vocab_size = c.model.vocab_size ? c.model.vocab_size : vocab;
-    g.block_size = c.model.block_size;
-    g.n_layer = c.model.n_layer;
-    g.n_head = c.model.n_head;
-    g.n_embd = c.model.n_embd;
-    g.rmsnorm = c.model.norm == "rmsnorm";
-    g.bias = c.model.bias;
-    g.dropout = c.model.dropout;
-    g.norm_reduction = resolve_reduction(c.kernels.norm_reduction);
     Generator init(static_cast<std::uint64_t>(c.train.seed));
-    model_ = std::make_unique<GPT>(g, init, device_);
+    model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
     if (c.optim.name == "sgd") {
         opt_ = std::make_unique<SGD>(params_, SGDOptions{c.optim.momentum, c.optim.weight_decay});

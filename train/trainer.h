@@ -82,6 +82,8 @@ struct LoadedModel {
     std::unique_ptr<GPT> model;
 };
 LoadedModel load_run(const std::string& run_dir, bool best, Device device);
+// The GPT a config describes, with `vocab` tokens unless model.vocab_size says more.
+GPTConfig gpt_config(const Config& config, std::int64_t vocab);
 // The dataset a config describes.
 std::unique_ptr<Dataset> make_dataset(const Config& config);
 // Mean train and validation loss over eval_iters batches (the same batches every time), and for
