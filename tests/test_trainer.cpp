@@ -2,6 +2,7 @@
 // losses as an uninterrupted one; the run directory's files; and the bad inputs (an existing
 // run, a different model shape on resume, device cuda without CUDA, a missing text file).
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "core/cuda_backend.h"
@@ -35,8 +36,11 @@ TEST_CASE("a resumed run repeats the uninterrupted losses bit for bit", "[traine
     full.run();
     REQUIRE(full.losses().size() == 10);
     for (const char* f : {"config.yaml", "vocab.txt", "model.safetensors", "best.safetensors",
-                          "train_state.safetensors", "metrics.jsonl"})
+                          "train_state.safetensors", "metrics.jsonl", "loss_curve.svg"})
         REQUIRE(fs::exists(fs::path("/tmp/fg_run_full") / f));
+    std::ifstream svg("/tmp/fg_run_full/loss_curve.svg");
+    std::string text((std::istreambuf_iterator<char>(svg)), {});
+    REQUIRE_THAT(text, Contains("<svg") && Contains("<polyline") && Contains("validation loss"));
     {
         Trainer first(tiny_run("/tmp/fg_run_split", 10), log);
         first.run(6);  // interrupted at step 6: a checkpoint there

@@ -16,6 +16,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "plot.h"
 #include "safetensors.h"
 
 namespace fg {
@@ -324,6 +325,8 @@ void Trainer::run(std::int64_t stop_at) {
         if (step_ % c.train.checkpoint_interval == 0) save_checkpoint();
     }
     save_checkpoint();
+    write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
+                     (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
     if (stop_requested()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
 }
 

@@ -3,8 +3,8 @@
 // The run directory holds: config.yaml (the resolved config), vocab.txt (the vocabulary, one
 // character per id, as bytes), model.safetensors (the latest weights, nanoGPT's names),
 // best.safetensors (the weights of the best validation loss so far), train_state.safetensors
-// (optimizer moments, step, generator offsets, best loss) and metrics.jsonl (one JSON line per
-// step and per evaluation). Checkpoints are written to a temporary file and renamed.
+// (optimizer moments, step, generator offsets, best loss), metrics.jsonl (one JSON line per
+// step and per evaluation) and loss_curve.svg (train and validation loss against steps). Checkpoints are written to a temporary file and renamed.
 //
 // Reproducibility: every random draw (init, data, dropout) comes from generators seeded by
 // train.seed whose offsets are saved, so a resumed run on the CPU continues with bitwise the same
