@@ -35,7 +35,6 @@ cublasHandle_t handle() {
 }  // namespace
 
 void set_tf32(bool enabled) { g_tf32 = enabled; }
-bool tf32_enabled() { return g_tf32; }
 
 void gemm_f32(bool trans_a, bool trans_b, long long m, long long n, long long k, float alpha,
               const float* a, long long stride_a, const float* b, long long stride_b, float beta,

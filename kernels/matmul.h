@@ -7,7 +7,6 @@
 namespace fg::kernels {
 
 void set_tf32(bool enabled);
-bool tf32_enabled();
 
 void gemm_f32(bool trans_a, bool trans_b, long long m, long long n, long long k, float alpha,
               const float* a, long long stride_a, const float* b, long long stride_b, float beta,

@@ -46,8 +46,6 @@ const DeviceInfo& device_info() {
         d.sm_count = prop.multiProcessorCount;
         d.l2_bytes = prop.l2CacheSize;
         d.total_bytes = prop.totalGlobalMem;
-        d.major = prop.major;
-        d.minor = prop.minor;
         return d;
     }();
     return info;

@@ -43,7 +43,6 @@ struct DeviceInfo {
     int sm_count = 0;
     int l2_bytes = 0;
     std::size_t total_bytes = 0;
-    int major = 0, minor = 0;
 };
 const DeviceInfo& device_info();
 

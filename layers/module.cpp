@@ -34,24 +34,22 @@ void Module::zero_grad() {
     for (Tensor* p : parameters()) p->zero_grad();
 }
 
-void Module::to(Device device) {
+template <typename Convert>
+void Module::convert_parameters(Convert convert) {
     NoGradGuard no_grad;
     for (Tensor* p : parameters()) {
-        if (p->device() == device) continue;
         bool grad = p->requires_grad();
-        *p = p->to(device).detach();
+        *p = convert(*p).detach();
         p->set_requires_grad(grad);
     }
 }
 
+void Module::to(Device device) {
+    convert_parameters([device](const Tensor& p) { return p.to(device); });
+}
+
 void Module::to(DType dtype) {
-    NoGradGuard no_grad;
-    for (Tensor* p : parameters()) {
-        if (p->dtype() == dtype) continue;
-        bool grad = p->requires_grad();
-        *p = p->to(dtype).detach();
-        p->set_requires_grad(grad);
-    }
+    convert_parameters([dtype](const Tensor& p) { return p.to(dtype); });
 }
 
 void Module::train(bool on) {

@@ -38,6 +38,9 @@ protected:
     void register_module(const std::string& name, Module* child);
 
 private:
+    // Replaces every parameter p by convert(p), kept a leaf with its requires_grad.
+    template <typename Convert>
+    void convert_parameters(Convert convert);
     std::vector<std::pair<std::string, Tensor*>> params_;
     std::vector<std::pair<std::string, Module*>> children_;
     bool training_ = true;

@@ -27,7 +27,6 @@ public:
     // Fused residual add: y = norm(h), h = x + residual; returns (y, h).
     NormResidualResult forward(const Tensor& x, const Tensor& residual) const;
     const NormConfig& config() const { return config_; }
-    void set_reduction(NormReduction r) { config_.reduction = r; }
 
     Tensor weight, bias;
 

@@ -37,6 +37,9 @@ GPT::GPT(const GPTConfig& config, Generator& gen, Device device)
         transformer_.register_module_public("h." + std::to_string(i), h[i].get());
     transformer_.register_module_public("ln_f", ln_f.get());
     register_module("transformer", &transformer_);
+    std::vector<std::int32_t> positions(config.block_size);
+    for (std::int64_t i = 0; i < config.block_size; ++i) positions[i] = static_cast<std::int32_t>(i);
+    positions_ = Tensor::from_vector(positions, {config.block_size}, device);
 }
 
 Tensor GPT::forward(const Tensor& ids) const {
@@ -46,10 +49,10 @@ Tensor GPT::forward(const Tensor& ids) const {
     const std::int64_t t = ids.size(1);
     FG_CHECK(t >= 1 && t <= config_.block_size, "gpt", "sequence length ", t,
              " is outside [1, block_size = ", config_.block_size, "]");
-    std::vector<std::int32_t> positions(t);
-    for (std::int64_t i = 0; i < t; ++i) positions[i] = static_cast<std::int32_t>(i);
-    Tensor pos = Tensor::from_vector(positions, {t}, ids.device());
-    Tensor x = add(wte.forward(ids), wpe.forward(pos));  // (B, T, C) + (T, C)
+    FG_CHECK(ids.device() == positions_.device(), "gpt", "ids are on ", device_name(ids.device()),
+             ", the model is on ", device_name(positions_.device()));
+    // Positions 0..T-1: a view of the cached ids, no host copy (which would synchronise).
+    Tensor x = add(wte.forward(ids), wpe.forward(positions_.slice(0, t)));  // (B, T, C) + (T, C)
     x = dropout(x, config_.dropout, training());
     for (const auto& block : h) x = block->forward(x);
     x = ln_f->forward(x);

@@ -49,6 +49,7 @@ public:
 private:
     GPTConfig config_;
     Module transformer_;  // only groups the "transformer." names
+    Tensor positions_;    // i32 (block_size): 0, 1, ..., made once on the model's device
 };
 
 }  // namespace fg

@@ -58,6 +58,35 @@ inline double rel_error(const std::vector<double>& a, const std::vector<double>&
 
 using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
+// Compares each parameter's .grad with central differences (loss(x + h) - loss(x - h)) / 2h of
+// `loss` (evaluated without recording), at up to max_checks elements spread over each tensor:
+// |analytic - numeric| <= atol + rtol |numeric|. Parameters must be f64 CPU tensors whose
+// gradient the caller has already computed.
+inline void check_parameter_gradients(const std::function<double()>& loss,
+                                      const std::vector<std::pair<std::string, Tensor*>>& params,
+                                      double h, double atol, double rtol,
+                                      std::int64_t max_checks) {
+    for (const auto& [name, x] : params) {
+        INFO("parameter " << name << " of shape " << shape_str(x->shape()));
+        REQUIRE(x->grad().defined());
+        std::vector<double> analytic = x->grad().to_vector<double>();
+        double* data = x->data<double>();
+        std::int64_t n = x->numel();
+        std::int64_t step = std::max<std::int64_t>(1, n / max_checks);
+        for (std::int64_t i = 0; i < n; i += step) {
+            double saved = data[i];
+            data[i] = saved + h;
+            double plus = loss();
+            data[i] = saved - h;
+            double minus = loss();
+            data[i] = saved;
+            double numeric = (plus - minus) / (2 * h);
+            INFO("element " << i << ": analytic " << analytic[i] << ", numeric " << numeric);
+            REQUIRE(std::fabs(analytic[i] - numeric) <= atol + rtol * std::fabs(numeric));
+        }
+    }
+}
+
 // Compares autograd's gradient of L = sum(f(inputs) * w), w random, with central differences
 // (L(x + h) - L(x - h)) / 2h for every element of every input that requires grad (up to
 // max_checks elements each, spread over the tensor). Inputs must be f64 CPU tensors.
@@ -73,27 +102,11 @@ inline void check_gradients(const OpFn& f, const std::vector<Tensor>& inputs, do
         NoGradGuard no_grad;
         return sum(mul(f(inputs), w)).item();
     };
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-        const Tensor& x = inputs[k];
-        if (!x.requires_grad()) continue;
-        INFO("input " << k << " of shape " << shape_str(x.shape()));
-        REQUIRE(x.grad().defined());
-        std::vector<double> analytic = x.grad().to_vector<double>();
-        double* data = x.data<double>();
-        std::int64_t n = x.numel();
-        std::int64_t step = std::max<std::int64_t>(1, n / max_checks);
-        for (std::int64_t i = 0; i < n; i += step) {
-            double saved = data[i];
-            data[i] = saved + h;
-            double plus = loss_at();
-            data[i] = saved - h;
-            double minus = loss_at();
-            data[i] = saved;
-            double numeric = (plus - minus) / (2 * h);
-            INFO("element " << i << ": analytic " << analytic[i] << ", numeric " << numeric);
-            REQUIRE(std::fabs(analytic[i] - numeric) <= tol * (1.0 + std::fabs(numeric)));
-        }
-    }
+    std::vector<Tensor> held(inputs);  // handles to the same storage, for the pointers below
+    std::vector<std::pair<std::string, Tensor*>> params;
+    for (std::size_t k = 0; k < held.size(); ++k)
+        if (held[k].requires_grad()) params.emplace_back("input " + std::to_string(k), &held[k]);
+    check_parameter_gradients(loss_at, params, h, tol, tol, max_checks);
 }
 
 }  // namespace fg::test

@@ -62,7 +62,7 @@ TEST_CASE("trainer bad inputs: an error, and nothing half-written", "[trainer][e
     REQUIRE_THROWS_WITH(Trainer(tiny_run("/tmp/fg_run_errors", 3), log),
                         Contains("already holds a run: resume it with --resume"));
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/fg_run_errors", {"model.n_embd=32"}, log),
-                        Contains("[resume]") && Contains("a different model shape?"));
+                        Contains("[load]") && Contains("a different model shape?"));
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/nonexistent_run", {}, log), Contains("holds no checkpoint"));
     Config text = tiny_run("/tmp/fg_run_text", 3);
     text.data.kind = "text";

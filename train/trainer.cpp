@@ -54,7 +54,7 @@ std::vector<std::pair<std::string, Tensor>> to_list(
 void assign(Tensor& target, const Tensor& source, const std::string& name, const std::string& file,
             Device device) {
     if (target.defined())
-        FG_CHECK(source.shape() == target.shape(), "resume", "'", file, "': ", name, " has shape ",
+        FG_CHECK(source.shape() == target.shape(), "load", "'", file, "': ", name, " has shape ",
                  shape_str(source.shape()), ", the model needs ", shape_str(target.shape()),
                  " (a different model shape?)");
     bool grad = target.defined() && target.requires_grad();
@@ -91,6 +91,16 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
     return g;
 }
 
+void load_weights(GPT& model, const std::string& path, Device device) {
+    SafetensorsFile weights = load_safetensors(path);
+    for (auto& [name, p] : model.state_dict()) {
+        const Tensor* t = weights.find(name);
+        FG_CHECK(t != nullptr, "load", "'", path, "' has no tensor '", name,
+                 "' (a different model shape?)");
+        assign(*p, *t, name, path, device);
+    }
+}
+
 LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     LoadedModel out;
     fs::path dir(run_dir);
@@ -100,13 +110,8 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     out.vocab = CharVocab(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
     Generator init(0);  // overwritten by the checkpoint
     out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
-    std::string path = (dir / (best ? "best.safetensors" : "model.safetensors")).string();
-    SafetensorsFile weights = load_safetensors(path);
-    for (auto& [name, p] : out.model->state_dict()) {
-        const Tensor* t = weights.find(name);
-        FG_CHECK(t != nullptr, "load", "'", path, "' has no tensor '", name, "'");
-        assign(*p, *t, name, path, device);
-    }
+    load_weights(*out.model, (dir / (best ? "best.safetensors" : "model.safetensors")).string(),
+                 device);
     out.model->train(false);
     return out;
 }
@@ -170,13 +175,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
 void Trainer::load_checkpoint(const std::string& run_dir) {
     std::string model_path = (fs::path(run_dir) / "model.safetensors").string();
     std::string state_path = (fs::path(run_dir) / "train_state.safetensors").string();
-    SafetensorsFile weights = load_safetensors(model_path);
-    for (auto& [name, p] : model_->state_dict()) {
-        const Tensor* t = weights.find(name);
-        FG_CHECK(t != nullptr, "resume", "'", model_path, "' has no tensor '", name,
-                 "' (a different model shape?)");
-        assign(*p, *t, name, model_path, device_);
-    }
+    load_weights(*model_, model_path, device_);
     SafetensorsFile state = load_safetensors(state_path);
     FG_CHECK(state.metadata.count("optimizer") && state.metadata.at("optimizer") == opt_->name(),
              "resume", "'", state_path, "' was written by another optimizer than optim.name = ",

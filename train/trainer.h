@@ -82,6 +82,9 @@ struct LoadedModel {
     std::unique_ptr<GPT> model;
 };
 LoadedModel load_run(const std::string& run_dir, bool best, Device device);
+// Loads `path` (a safetensors file with the model's state_dict names) into `model` on `device`;
+// a missing tensor or a different shape is an error naming it.
+void load_weights(GPT& model, const std::string& path, Device device);
 // The GPT a config describes, with `vocab` tokens unless model.vocab_size says more.
 GPTConfig gpt_config(const Config& config, std::int64_t vocab);
 // The dataset a config describes.
