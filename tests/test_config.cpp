@@ -90,3 +90,14 @@ TEST_CASE("the dump reads back to the same config, with comments", "[config]") {
     REQUIRE(dump_config(again) == text);
     REQUIRE(again.data.path == "a b.txt");
 }
+
+TEST_CASE("config structure errors", "[config][errors]") {
+    REQUIRE_THAT(error_of("- a\n- b\n"), Contains("x.yaml:1:1: error: (top): expected a map of sections"));
+    REQUIRE_THAT(error_of("model:\n  n_layer: 2\nmodel:\n  n_head: 2\n"),
+                 Contains("x.yaml:3:1: error: model: duplicate section"));
+    REQUIRE_THAT(error_of("", {"modle.n_layer=2"}),
+                 Contains("--set modle.n_layer=2: error: modle: unknown section (did you mean 'model'?)"));
+    REQUIRE_THAT(error_of("", {"model.n_layer=[1"}), Contains("--set model.n_layer=[1: error: model.n_layer:"));
+    REQUIRE_THAT(error_of("optim:\n  lr: 1.0e-4\n  min_lr: 1.0e-3\n"),
+                 Contains("optim.min_lr: min_lr must not exceed optim.lr"));
+}

@@ -88,3 +88,10 @@ TEST_CASE("addition problems, prompts and the held-out split", "[data]") {
     }
     REQUIRE_THROWS_WITH(AdditionData(0, 0.1, 1), Contains("addition digits must be in [1, 6], got 0"));
 }
+
+TEST_CASE("data arguments are checked", "[data][errors]") {
+    REQUIRE_THROWS_WITH(CharVocab("abca"), Contains("[data] vocabulary character 97 appears twice"));
+    std::string path = write_temp("ok.txt", std::string(500, 'a'));
+    REQUIRE_THROWS_WITH(TextData(path, 0.0, 8), Contains("[data] val_fraction must be in (0, 1), got 0"));
+    REQUIRE_THROWS_WITH(AdditionData(2, 1.0, 1), Contains("[data] val_fraction must be in (0, 1), got 1"));
+}

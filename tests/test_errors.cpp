@@ -62,3 +62,24 @@ TEST_CASE("CUDA requests without a device say why", "[errors]") {
     REQUIRE_THROWS_WITH(Tensor::zeros({2}, DType::f32, Device::cuda), Contains(why));
     REQUIRE_THROWS_WITH(Tensor::zeros({2}).to(Device::cuda), Contains(why));
 }
+
+TEST_CASE("layout and shape arguments are checked", "[errors]") {
+    Tensor x = Tensor::zeros({2, 3, 4});
+    REQUIRE_THROWS_WITH(permute(x, {1, 0}), Contains("[permute] order has 2 entries for a tensor with 3 dims"));
+    REQUIRE_THROWS_WITH(permute(Tensor::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}), {0, 1, 2, 3, 4, 5, 6, 7, 8}),
+                        Contains("[permute] at most 8 dims, got 9"));
+    REQUIRE_THROWS_WITH(transpose(x, 0, 3), Contains("[transpose] dims out of range for (2, 3, 4)"));
+    REQUIRE_THROWS_WITH(x.reshape({-1, -1}), Contains("[reshape] only one dimension can be -1"));
+    REQUIRE_THROWS_WITH(x.reshape({5, -1}), Contains("[reshape] cannot infer -1 in (5, -1) for 24 elements"));
+    REQUIRE_THROWS_WITH(x.size(3), Contains("[size] dimension 3 out of range for shape (2, 3, 4)"));
+    REQUIRE_THROWS_WITH(Tensor::zeros({}).slice(0, 0), Contains("[slice] cannot slice a scalar"));
+    REQUIRE_THROWS_WITH(split_heads(Tensor::zeros({2, 4}), 2), Contains("[split_heads] expects (B, T, C), got (2, 4)"));
+    REQUIRE_THROWS_WITH(merge_heads(x), Contains("[merge_heads] expects (B, H, T, D), got (2, 3, 4)"));
+    REQUIRE_THROWS_WITH(softmax(Tensor::zeros({})), Contains("[softmax] needs at least one dimension"));
+    REQUIRE_THROWS_WITH(softmax(Tensor::zeros({3, 2}), true), Contains("[softmax] causal mask needs Tq <= Tk, got (3, 2)"));
+    Tensor a = Tensor::zeros({3});
+    REQUIRE_THROWS_WITH(add_(a, Tensor::zeros({4})), Contains("[add_] shapes differ: (3) += (4)"));
+    REQUIRE_THROWS_WITH(a.data<double>(), Contains("[data] tensor holds f32, asked for f64"));
+    REQUIRE_THROWS_WITH(randint({2}, 0), Contains("[randint] high must be positive, got 0"));
+    REQUIRE_THROWS_WITH(Tensor().backward(), Contains("[backward] called on an undefined tensor"));
+}

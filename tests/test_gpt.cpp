@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/cuda_backend.h"
 #include "core/error.h"
 #include "models/gpt.h"
 #include "test_helpers.h"
@@ -139,5 +140,28 @@ TEST_CASE("the whole GPT's gradient matches finite differences in float64", "[gp
         };
         INFO("rmsnorm " << rms);
         test::check_parameter_gradients(loss_at, model.named_parameters(), 1e-6, 1e-7, 1e-5, 5);
+    }
+}
+
+TEST_CASE("layer and model arguments are checked", "[gpt][errors]") {
+    Generator gen(1);
+    REQUIRE_THROWS_WITH(Linear(0, 4, true, 0.02f, gen), Contains("[linear] features must be positive, got 0 -> 4"));
+    Linear lin(4, 2, true, 0.02f, gen);
+    REQUIRE_THROWS_WITH(lin.forward(Tensor::zeros({3, 5})), Contains("[linear] input's last dim is 5, the layer takes 4"));
+    REQUIRE_THROWS_WITH(Embedding(0, 4, 0.02f, gen), Contains("[embedding] table must be non-empty, got 0 x 4"));
+    TransformerConfig t;
+    t.n_embd = 8;
+    t.n_head = 2;
+    CausalSelfAttention attn(t, gen);
+    REQUIRE_THROWS_WITH(attn.forward(Tensor::zeros({2, 8})), Contains("[attention] expects (B, T, C), got (2, 8)"));
+    t.dropout = 1.0;
+    REQUIRE_THROWS_WITH(CausalSelfAttention(t, gen), Contains("[transformer] dropout must be in [0, 1), got 1"));
+    GPTConfig c = tiny(true, false);
+    c.vocab_size = 0;
+    REQUIRE_THROWS_WITH(GPT(c, gen), Contains("[gpt] vocab_size, block_size and n_layer must be positive, got 0"));
+    if (cuda_is_available()) {
+        GPT model(tiny(true, false), gen);  // on the CPU
+        REQUIRE_THROWS_WITH(model.forward(randint({1, 4}, 11, Device::cuda)),
+                            Contains("[gpt] ids are on cuda, the model is on cpu"));
     }
 }

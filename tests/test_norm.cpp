@@ -165,3 +165,9 @@ TEST_CASE("norm bad inputs say what and where", "[norm][errors]") {
     REQUIRE_THROWS_WITH(rms_norm(x.to(Device::cuda), Tensor::ones({64})),
                         Contains("[rmsnorm] weight is on cpu, input is on cuda"));
 }
+
+TEST_CASE("norm weight and bias must share a dtype", "[norm][errors]") {
+    Tensor x = Tensor::zeros({2, 4}, DType::f64);
+    REQUIRE_THROWS_WITH(layer_norm(x, Tensor::ones({4}, DType::f64), Tensor::zeros({4}, DType::f32)),
+                        Contains("[layernorm] weight and bias dtypes differ: f64 and f32"));
+}

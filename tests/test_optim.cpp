@@ -127,3 +127,21 @@ TEST_CASE("a tiny GPT overfits one batch on the CPU", "[optim][gpt]") {
     REQUIRE(first > 2.0);
     REQUIRE(last < 0.05);
 }
+
+TEST_CASE("optimizer arguments are checked", "[optim][errors]") {
+    Tensor w = Tensor::ones({2, 2}).set_requires_grad(true);
+    Tensor frozen = Tensor::ones({2});
+    AdamWOptions bad_eps;
+    bad_eps.eps = 0.0;
+    REQUIRE_THROWS_WITH(AdamW({{"w", &w}}, bad_eps), Contains("[adamw] eps must be > 0 and weight_decay >= 0, got 0"));
+    REQUIRE_THROWS_WITH(AdamW({{"frozen", &frozen}}, AdamWOptions{}),
+                        Contains("[optimizer] parameter 'frozen' is undefined or does not require grad"));
+    Tensor half = Tensor::ones({2}, DType::f16).set_requires_grad(true);
+    REQUIRE_THROWS_WITH(AdamW({{"half", &half}}, AdamWOptions{}),
+                        Contains("[adamw] parameter 'half' must be f32 (or f64 on the CPU), got f16"));
+    AdamW opt({{"w", &w}}, AdamWOptions{});
+    w.set_grad(Tensor::ones({2, 2}, DType::f64));
+    REQUIRE_THROWS_WITH(opt.step(0.1), Contains("[adamw] gradient of 'w' does not match its parameter"));
+    REQUIRE_THROWS_WITH(SGD({{"w", &w}}, SGDOptions{1.0, 0.0}),
+                        Contains("[sgd] momentum must be in [0, 1) and weight_decay >= 0, got 1"));
+}

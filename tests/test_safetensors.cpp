@@ -98,3 +98,25 @@ TEST_CASE("truncated and corrupt safetensors files are refused", "[checkpoint][e
     REQUIRE_THROWS_WITH(load_safetensors(path), Contains("the header claims"));
     REQUIRE_THROWS_WITH(load_safetensors("/nonexistent/m.safetensors"), Contains("cannot read"));
 }
+
+TEST_CASE("safetensors writes and headers that cannot be right", "[checkpoint][errors]") {
+    Tensor t = test::random_f32({4});
+    REQUIRE_THROWS_WITH(save_safetensors("/nonexistent/dir/m.safetensors", {{"w", t}}),
+                        Contains("[checkpoint] cannot write '/nonexistent/dir/m.safetensors.tmp'"));
+    REQUIRE_THROWS_WITH(save_safetensors("/tmp/fg_test_names.safetensors", {{"w", t}, {"w", t}}),
+                        Contains("tensor name 'w' is reserved or repeated"));
+    REQUIRE_THROWS_WITH(save_safetensors("/tmp/fg_test_names.safetensors", {{"__metadata__", t}}),
+                        Contains("tensor name '__metadata__' is reserved or repeated"));
+    auto with_header = [](const std::string& json) {
+        std::string bytes(8, '\0');
+        for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+        bytes += json + std::string(16, '\0');
+        write_all("/tmp/fg_test_header.safetensors", bytes);
+        return "/tmp/fg_test_header.safetensors";
+    };
+    REQUIRE_THROWS_WITH(load_safetensors(with_header(R"({"w": {"dtype": "Q7", "shape": [4], "data_offsets": [0, 16]}})")),
+                        Contains("tensor 'w' has a malformed entry"));
+    REQUIRE_THROWS_WITH(load_safetensors(with_header(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}})")),
+                        Contains("tensor 'w' of shape (3) needs 12 bytes, the header gives 16"));
+    REQUIRE_THROWS_WITH(load_safetensors(with_header(R"([1, 2])")), Contains("has a corrupt header: not an object"));
+}

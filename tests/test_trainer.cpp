@@ -8,6 +8,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "test_helpers.h"
+#include "train/plot.h"
 #include "train/trainer.h"
 
 using namespace fg;
@@ -90,4 +91,26 @@ TEST_CASE("greedy generation is deterministic", "[trainer]") {
     REQUIRE(a.to_vector<std::int32_t>() == b.to_vector<std::int32_t>());
     Tensor s1 = generate(t.model(), prompt, 5, 1.0, 3, g1);
     REQUIRE(s1.shape() == Shape{1, 8});
+}
+
+TEST_CASE("more trainer bad inputs", "[trainer][errors]") {
+    std::ostringstream log;
+    Config big_vocab = tiny_run("/tmp/fg_run_vocab", 2);
+    big_vocab.model.vocab_size = 5;  // addition needs 12 characters
+    REQUIRE_THROWS_WITH(Trainer(big_vocab, log),
+                        Contains("[train] model.vocab_size (5) is smaller than the data's vocabulary (12)"));
+    fs::remove_all("/tmp/fg_run_opt");
+    {
+        Trainer t(tiny_run("/tmp/fg_run_opt", 2), log);
+        t.run();
+    }
+    REQUIRE_THROWS_WITH(Trainer::resume("/tmp/fg_run_opt", {"optim.name=sgd"}, log),
+                        Contains("was written by another optimizer than optim.name = sgd"));
+    fs::remove("/tmp/fg_run_opt/vocab.txt");
+    REQUIRE_THROWS_WITH(load_run("/tmp/fg_run_opt", false, Device::cpu),
+                        Contains("[load] '/tmp/fg_run_opt' has no vocab.txt"));
+    REQUIRE_THROWS_WITH(write_loss_curve("/nonexistent/metrics.jsonl", "/tmp/x.svg", "t"),
+                        Contains("[plot] cannot read '/nonexistent/metrics.jsonl'"));
+    REQUIRE_THROWS_WITH(write_loss_curve("/tmp/fg_run_opt/metrics.jsonl", "/nonexistent/d/c.svg", "t"),
+                        Contains("[plot] cannot write '/nonexistent/d/c.svg.tmp'"));
 }
