@@ -5,6 +5,9 @@
 #include "test_helpers.h"
 #include "train/config.h"
 
+#include <fstream>
+#include <sstream>
+
 using namespace fg;
 using Catch::Matchers::Contains;
 
@@ -100,4 +103,44 @@ TEST_CASE("config structure errors", "[config][errors]") {
     REQUIRE_THAT(error_of("", {"model.n_layer=[1"}), Contains("--set model.n_layer=[1: error: model.n_layer:"));
     REQUIRE_THAT(error_of("optim:\n  lr: 1.0e-4\n  min_lr: 1.0e-3\n"),
                  Contains("optim.min_lr: min_lr must not exceed optim.lr"));
+}
+
+TEST_CASE("the shipped configs load and list every key with a comment", "[config]") {
+    Config defaults;
+    std::string dump = dump_config(defaults);
+    for (const char* name : {"addition.yaml", "shakespeare_char.yaml"}) {
+        const std::string path = std::string(FG_SOURCE_DIR) + "/configs/" + name;
+        INFO(path);
+        Config c = load_config(path);
+        std::ifstream in(path);
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        // Every "  key:" line of the dump must appear in the file, followed by a comment.
+        std::istringstream lines(dump);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.rfind("  ", 0) != 0) continue;
+            const std::string key = line.substr(0, line.find(':') + 1);
+            const auto at = text.find("\n" + key);
+            INFO(key);
+            REQUIRE(at != std::string::npos);
+            const std::string rest = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+            CHECK(rest.find(" # ") != std::string::npos);
+        }
+    }
+    // The baby GPT is nanoGPT's shakespeare_char shape and schedule.
+    Config s = load_config(std::string(FG_SOURCE_DIR) + "/configs/shakespeare_char.yaml");
+    CHECK(s.model.n_layer == 6);
+    CHECK(s.model.n_head == 6);
+    CHECK(s.model.n_embd == 384);
+    CHECK(s.model.block_size == 256);
+    CHECK(s.model.dropout == 0.2);
+    CHECK_FALSE(s.model.bias);
+    CHECK(s.train.batch_size == 64);
+    CHECK(s.train.steps == 5000);
+    CHECK(s.optim.lr == 1e-3);
+    CHECK(s.optim.min_lr == 1e-4);
+    CHECK(s.optim.warmup_steps == 100);
+    CHECK(s.optim.beta2 == 0.99);
+    CHECK(s.optim.weight_decay == 0.1);
+    CHECK(s.optim.grad_clip == 1.0);
+    CHECK(s.data.kind == "text");
 }

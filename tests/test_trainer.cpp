@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "test_helpers.h"
 #include "train/plot.h"
+#include "train/progress.h"
 #include "train/trainer.h"
 
 using namespace fg;
@@ -113,4 +114,35 @@ TEST_CASE("more trainer bad inputs", "[trainer][errors]") {
                         Contains("[plot] cannot read '/nonexistent/metrics.jsonl'"));
     REQUIRE_THROWS_WITH(write_loss_curve("/tmp/fg_run_opt/metrics.jsonl", "/nonexistent/d/c.svg", "t"),
                         Contains("[plot] cannot write '/nonexistent/d/c.svg.tmp'"));
+}
+
+TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
+    std::string half = progress_line(50, 100, 1.23456, 20.0, 100);
+    CHECK(half.find("[===============>") == 0);  // 15 of 30 filled, then the arrow
+    CHECK_THAT(half, Contains("50/100") && Contains("loss 1.2346") && Contains("20.0 ms/step") &&
+                         Contains("ETA 0:01"));
+    CHECK(half.size() <= 100);
+    CHECK(progress_line(100, 100, 1.0, 10.0).find("[" + std::string(30, '=') + "]") == 0);
+    CHECK_THAT(progress_line(0, 400000, 1.0, 10.0), Contains("ETA 1:06:40"));
+    CHECK(progress_line(5, 10, 1.0, 1.0, 20).find('[') == std::string::npos);  // too narrow: text only
+
+    CHECK(peak_tflops("NVIDIA H200", true) == 494.7);
+    CHECK(peak_tflops("NVIDIA H100 80GB HBM3", false) == 66.9);
+    CHECK(peak_tflops("NVIDIA H100 PCIe", true) == 378.0);
+    CHECK(peak_tflops("Some Future GPU", true) == 0.0);
+
+    // 6 per weight plus 12 L C T: the baby GPT (10.65M weights without wpe) at T = 256.
+    CHECK(gpt_flops_per_token(1000, 2, 8, 4) == 6.0 * 1000 + 12.0 * 2 * 8 * 4);
+
+    // A run logs its step figures to metrics.jsonl; MFU and memory only on a GPU.
+    fs::remove_all("/tmp/fg_run_metrics");
+    std::ostringstream log;
+    Trainer t(tiny_run("/tmp/fg_run_metrics", 2), log);
+    t.set_progress_bar(true);
+    t.run();
+    CHECK_THAT(log.str(), Contains("\r[") && Contains("2/2"));
+    std::ifstream m("/tmp/fg_run_metrics/metrics.jsonl");
+    std::string first;
+    std::getline(m, first);
+    CHECK_THAT(first, Contains("\"tokens_per_s\"") && !Contains("\"mfu\""));
 }

@@ -41,6 +41,7 @@ struct Config {
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";
+        bool tf32 = false;  // TF32 tensor cores for f32 CUDA matmuls
     } kernels;
 };
 

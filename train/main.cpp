@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "demo.h"
@@ -88,6 +90,7 @@ int run(const std::vector<std::string>& args) {
             trainer = std::make_unique<fg::Trainer>(fg::load_config(config, overrides), std::cout);
         else
             trainer = fg::Trainer::resume(resume, overrides, std::cout);
+        trainer->set_progress_bar(isatty(STDOUT_FILENO) == 1);
         trainer->run();
         return fg::Trainer::stop_requested() ? 130 : 0;
     }

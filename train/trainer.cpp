@@ -12,11 +12,13 @@
 #include <ostream>
 #include <sstream>
 
+#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "plot.h"
+#include "progress.h"
 #include "safetensors.h"
 
 namespace fg {
@@ -108,6 +110,7 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
     out.vocab = CharVocab(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
+    set_allow_tf32(out.config.kernels.tf32);
     Generator init(0);  // overwritten by the checkpoint
     out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
     load_weights(*out.model, (dir / (best ? "best.safetensors" : "model.safetensors")).string(),
@@ -145,6 +148,11 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
         opt_ = std::make_unique<AdamW>(params_, o);
     }
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
+    set_allow_tf32(c.kernels.tf32);
+    flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
+                                           c.model.n_layer, c.model.n_embd, data_->sequence_length());
+    if (device_ == Device::cuda)
+        peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.kernels.tf32);
 
     fs::create_directories(dir_);
     if (!resuming)
@@ -292,18 +300,32 @@ void Trainer::run(std::int64_t stop_at) {
     const std::int64_t last = stop_at >= 0 ? std::min(stop_at, c.train.steps) : c.train.steps;
     const std::int64_t tokens_per_step = c.train.batch_size * c.train.grad_accum * data_->sequence_length();
     const std::int64_t print_every = std::max<std::int64_t>(1, c.train.eval_interval / 5);
+    const char* clear_bar = progress_bar_ ? "\r\x1b[K" : "";  // erase the bar before a log line
+    double ms_average = 0.0;  // smoothed ms/step for the bar's ETA
+    if (device_ == Device::cuda) reset_peak_memory(Device::cuda);
     while (step_ < last && !stop_requested()) {
         auto start = std::chrono::steady_clock::now();
         double loss = train_step();
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         double tps = tokens_per_step / (ms / 1000.0);
+        ms_average = ms_average == 0.0 ? ms : 0.9 * ms_average + 0.1 * ms;
+        // MFU: achieved model FLOP/s over the GPU's dense peak (absent on CPU or an unknown GPU).
+        double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / (peak_tflops_ * 1e12) : -1.0;
+        double peak_mib = device_ == Device::cuda
+                              ? memory_stats(Device::cuda).peak_bytes_in_use / (1024.0 * 1024.0) : -1.0;
         log_metrics("{\"step\": " + std::to_string(step_) + ", \"loss\": " + fmt("%.6f", loss) +
                     ", \"lr\": " + fmt("%.6g", last_lr_) + ", \"grad_norm\": " + fmt("%.5f", last_norm_) +
-                    ", \"ms\": " + fmt("%.2f", ms) + ", \"tokens_per_s\": " + fmt("%.0f", tps) + "}");
-        if (step_ % print_every == 0 || step_ == 1)
-            log_ << "step " << step_ << "/" << c.train.steps << "  loss " << fmt("%.4f", loss)
+                    ", \"ms\": " + fmt("%.2f", ms) + ", \"tokens_per_s\": " + fmt("%.0f", tps) +
+                    (mfu >= 0 ? ", \"mfu\": " + fmt("%.4f", mfu) : "") +
+                    (peak_mib >= 0 ? ", \"peak_mem_mib\": " + fmt("%.1f", peak_mib) : "") + "}");
+        if (step_ % print_every == 0 || step_ == 1) {
+            log_ << clear_bar << "step " << step_ << "/" << c.train.steps << "  loss " << fmt("%.4f", loss)
                  << "  lr " << fmt("%.2e", last_lr_) << "  |g| " << fmt("%.3f", last_norm_) << "  "
-                 << fmt("%.1f", ms) << " ms/step  " << fmt("%.0f", tps) << " tok/s\n" << std::flush;
+                 << fmt("%.1f", ms) << " ms/step  " << fmt("%.0f", tps) << " tok/s";
+            if (mfu >= 0) log_ << "  MFU " << fmt("%.1f", 100 * mfu) << "%";
+            if (peak_mib >= 0) log_ << "  peak " << fmt("%.0f", peak_mib) << " MiB";
+            log_ << "\n" << std::flush;
+        }
         if (step_ % c.train.eval_interval == 0 || step_ == c.train.steps) {
             EvalResult e = evaluate();
             bool best = e.val_loss < best_val_;
@@ -316,13 +338,15 @@ void Trainer::run(std::int64_t stop_at) {
             std::string acc = e.accuracy >= 0 ? ", \"accuracy\": " + fmt("%.4f", e.accuracy) : "";
             log_metrics("{\"step\": " + std::to_string(step_) + ", \"train_loss\": " +
                         fmt("%.6f", e.train_loss) + ", \"val_loss\": " + fmt("%.6f", e.val_loss) + acc + "}");
-            log_ << "eval step " << step_ << ": train loss " << fmt("%.4f", e.train_loss)
+            log_ << clear_bar << "eval step " << step_ << ": train loss " << fmt("%.4f", e.train_loss)
                  << ", val loss " << fmt("%.4f", e.val_loss);
             if (e.accuracy >= 0) log_ << ", held-out exact match " << fmt("%.1f", 100 * e.accuracy) << "%";
             log_ << (best ? " (best so far)" : "") << "\n" << std::flush;
         }
         if (step_ % c.train.checkpoint_interval == 0) save_checkpoint();
+        if (progress_bar_) log_ << "\r" << progress_line(step_, c.train.steps, loss, ms_average) << std::flush;
     }
+    if (progress_bar_) log_ << clear_bar;
     save_checkpoint();
     write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
                      (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);

@@ -44,6 +44,8 @@ public:
     void run(std::int64_t stop_at = -1);
     EvalResult evaluate();
     void save_checkpoint();
+    // Redraw a one-line progress bar after every step (for a terminal; off by default).
+    void set_progress_bar(bool on) { progress_bar_ = on; }
     std::int64_t step() const { return step_; }
     const std::vector<double>& losses() const { return losses_; }  // training loss of each step
     GPT& model() { return *model_; }
@@ -72,6 +74,9 @@ private:
     double best_val_ = 1e300;
     double last_lr_ = 0.0, last_norm_ = 0.0;
     std::vector<double> losses_;
+    bool progress_bar_ = false;
+    double peak_tflops_ = 0.0;      // of this GPU for this config's matmul precision; 0: unknown
+    double flops_per_token_ = 0.0;  // training FLOPs per token of this model
 };
 
 // A trained model read back from a run directory (config.yaml, vocab.txt and model.safetensors,

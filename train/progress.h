@@ -1,0 +1,26 @@
+// train/progress.h: what the trainer prints about speed: a one-line progress bar for terminals,
+// and model FLOPs utilisation (MFU) against the dense peak of a known GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fg {
+
+// "[=========>          ]  1234/5000  loss 1.2345  12.3 ms/step  ETA 0:45" fitted to `width`
+// columns (at least the text; the bar takes what is left, up to 30 characters).
+std::string progress_line(std::int64_t step, std::int64_t total, double loss, double ms_per_step,
+                          int width = 100);
+
+// Dense (no sparsity) peak TFLOP/s of f32 matmuls on a GPU known by its CUDA device name, with
+// TF32 tensor cores or plain FP32 cores; 0 when the GPU is not in the table.
+double peak_tflops(const std::string& gpu_name, bool tf32);
+
+// Training FLOPs per token of a GPT (forward + backward): 6 per weight that multiplies the
+// token's activations, plus 12 * n_layer * n_embd * seq for the attention scores and the
+// weighted sum (QK^T and AV, 2 FLOPs per multiply-add, times 3 for forward + backward).
+// `weights` counts every parameter except the position embedding (a lookup, no FLOPs).
+double gpt_flops_per_token(std::int64_t weights, std::int64_t n_layer, std::int64_t n_embd,
+                           std::int64_t seq);
+
+}  // namespace fg
