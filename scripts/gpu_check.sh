@@ -8,6 +8,7 @@ mkdir -p "$out"
 what=${*:-all}
 status=0
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DFG_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 cmake --build build-gpu -j16 > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 for step in $what; do

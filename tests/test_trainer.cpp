@@ -43,6 +43,16 @@ TEST_CASE("a resumed run repeats the uninterrupted losses bit for bit", "[traine
     std::ifstream svg("/tmp/fg_run_full/loss_curve.svg");
     std::string text((std::istreambuf_iterator<char>(svg)), {});
     REQUIRE_THAT(text, Contains("<svg") && Contains("<polyline") && Contains("validation loss"));
+    // Two runs on one pair of axes: both labels in the legend, four lines.
+    write_loss_curves({{"fusegrad", "/tmp/fg_run_full/metrics.jsonl"},
+                       {"again", "/tmp/fg_run_full/metrics.jsonl"}},
+                      "/tmp/fg_run_full/both.svg", "two runs");
+    std::ifstream both_file("/tmp/fg_run_full/both.svg");
+    std::string both((std::istreambuf_iterator<char>(both_file)), {});
+    REQUIRE_THAT(both, Contains("fusegrad: train loss") && Contains("again: validation loss"));
+    std::size_t lines = 0;
+    for (std::size_t at = both.find("<polyline"); at != std::string::npos; at = both.find("<polyline", at + 1)) ++lines;
+    REQUIRE(lines == 4);
     {
         Trainer first(tiny_run("/tmp/fg_run_split", 10), log);
         first.run(6);  // interrupted at step 6: a checkpoint there

@@ -1,5 +1,5 @@
 // train/main.cpp: the `fusegrad` command. The only place that catches exceptions: it prints
-// "error: ..." and exits non-zero. Subcommands: train, demo, info.
+// "error: ..." and exits non-zero. Subcommands: train, sample, eval, plot, demo, info.
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -13,6 +13,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "demo.h"
+#include "plot.h"
 #include "trainer.h"
 
 namespace {
@@ -31,6 +32,8 @@ const char* kUsage =
     "        continue a prompt with a trained model (temperature 0: greedy)\n"
     "  eval RUN_DIR [--best] [--device auto|cpu|cuda]\n"
     "        train and validation loss (and held-out accuracy for addition)\n"
+    "  plot OUT.svg LABEL=METRICS.jsonl... [--title TEXT]\n"
+    "        train and validation loss of one or more runs on the same axes\n"
     "  info  print the build and the devices fusegrad can use\n";
 
 fg::Device parse_device(const std::string& value) {
@@ -141,6 +144,25 @@ int run(const std::vector<std::string>& args) {
                                       fg::Tensor::from_vector(ids, {1, (std::int64_t)ids.size()}, dev),
                                       max_new, temperature, top_k, gen);
         std::printf("%s\n", run.vocab.decode(out.to_vector<std::int32_t>()).c_str());
+        return 0;
+    }
+    if (command == "plot") {
+        FG_CHECK(args.size() >= 3, "cli", "plot needs OUT.svg and at least one LABEL=METRICS.jsonl");
+        std::vector<fg::LossCurveSource> runs;
+        std::string title = "loss";
+        for (std::size_t i = 2; i < args.size(); ++i) {
+            if (args[i] == "--title") {
+                FG_CHECK(i + 1 < args.size(), "cli", "--title needs a value");
+                title = args[++i];
+                continue;
+            }
+            const std::size_t eq = args[i].find('=');
+            FG_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < args[i].size(), "cli",
+                     "plot takes LABEL=METRICS.jsonl, got '", args[i], "'");
+            runs.push_back({args[i].substr(0, eq), args[i].substr(eq + 1)});
+        }
+        FG_CHECK(!runs.empty(), "cli", "plot needs at least one LABEL=METRICS.jsonl");
+        fg::write_loss_curves(runs, args[1], title);
         return 0;
     }
     if (command == "demo") {

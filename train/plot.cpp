@@ -1,9 +1,11 @@
-// train/plot.cpp: see plot.h. Plain SVG: two polylines on linear axes with a few labelled ticks.
+// train/plot.cpp: see plot.h. Plain SVG: polylines on linear axes with a few labelled ticks; per
+// run a thin line for the training loss and a thick one with dots for the validation loss.
 #include "plot.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -18,43 +20,58 @@ struct Point {
     double step, loss;
 };
 
+struct Series {
+    std::string label;
+    std::vector<Point> train, val;
+};
+
 std::string number(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.4g", v);
     return buf;
 }
 
-}  // namespace
-
-void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_path,
-                      const std::string& title) {
-    std::ifstream in(metrics_jsonl);
-    FG_CHECK(in.good(), "plot", "cannot read '", metrics_jsonl, "'");
-    std::vector<Point> train, val;
+Series read_metrics(const LossCurveSource& source) {
+    std::ifstream in(source.metrics_jsonl);
+    FG_CHECK(in.good(), "plot", "cannot read '", source.metrics_jsonl, "'");
+    Series s{source.label, {}, {}};
     std::string line;
     while (std::getline(in, line)) {
         if (line.empty()) continue;
         nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
         if (j.is_discarded() || !j.contains("step")) continue;
         double step = j["step"].get<double>();
-        if (j.contains("loss")) train.push_back({step, j["loss"].get<double>()});
-        if (j.contains("val_loss")) val.push_back({step, j["val_loss"].get<double>()});
+        if (j.contains("loss")) s.train.push_back({step, j["loss"].get<double>()});
+        if (j.contains("val_loss")) s.val.push_back({step, j["val_loss"].get<double>()});
     }
+    return s;
+}
+
+}  // namespace
+
+void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::string& svg_path,
+                       const std::string& title) {
+    FG_CHECK(!runs.empty(), "plot", "no metrics files to plot");
+    std::vector<Series> series;
+    for (const LossCurveSource& r : runs) series.push_back(read_metrics(r));
     const double w = 800, h = 450, left = 70, right = 20, top = 40, bottom = 50;
     double max_step = 1, max_loss = 1e-9, min_loss = 1e300;
-    for (const auto* series : {&train, &val})
-        for (const Point& p : *series) {
-            max_step = std::max(max_step, p.step);
-            max_loss = std::max(max_loss, p.loss);
-            min_loss = std::min(min_loss, p.loss);
-        }
+    for (const Series& s : series)
+        for (const auto* points : {&s.train, &s.val})
+            for (const Point& p : *points) {
+                max_step = std::max(max_step, p.step);
+                max_loss = std::max(max_loss, p.loss);
+                min_loss = std::min(min_loss, p.loss);
+            }
     if (min_loss > max_loss) min_loss = 0;
-    min_loss = std::min(0.0, min_loss);
+    min_loss = std::max(0.0, std::floor(min_loss * 2) / 2 - 0.5);  // a round floor below the data
     auto x = [&](double s) { return left + (w - left - right) * s / max_step; };
     auto y = [&](double l) { return top + (h - top - bottom) * (1 - (l - min_loss) / (max_loss - min_loss)); };
-    auto polyline = [&](const std::vector<Point>& pts, const char* colour, double width) {
+    auto polyline = [&](const std::vector<Point>& pts, const std::string& colour, double width,
+                        double opacity) {
         std::ostringstream s;
-        s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"" << width << "\" points=\"";
+        s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"" << width
+          << "\" stroke-opacity=\"" << opacity << "\" points=\"";
         for (const Point& p : pts) s << number(x(p.step)) << "," << number(y(p.loss)) << " ";
         s << "\"/>\n";
         return s.str();
@@ -76,14 +93,29 @@ void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_p
     }
     svg << "<text x=\"" << w / 2 << "\" y=\"" << h - 10 << "\" text-anchor=\"middle\">step</text>\n"
         << "<text x=\"16\" y=\"" << h / 2 << "\" transform=\"rotate(-90 16 " << h / 2
-        << ")\" text-anchor=\"middle\">loss</text>\n"
-        << polyline(train, "#1f77b4", 1.2) << polyline(val, "#d62728", 2.0);
-    for (const Point& p : val)
-        svg << "<circle cx=\"" << number(x(p.step)) << "\" cy=\"" << number(y(p.loss))
-            << "\" r=\"3\" fill=\"#d62728\"/>\n";
-    svg << "<text x=\"" << w - right - 150 << "\" y=\"" << top + 15 << "\" fill=\"#1f77b4\">train loss</text>\n"
-        << "<text x=\"" << w - right - 150 << "\" y=\"" << top + 32 << "\" fill=\"#d62728\">validation loss</text>\n"
-        << "</svg>\n";
+        << ")\" text-anchor=\"middle\">loss</text>\n";
+    // One run: blue train, red validation. Several: one colour per run, both lines in it.
+    static const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+    double legend_y = top + 15;
+    for (std::size_t i = 0; i < series.size(); ++i) {
+        const Series& s = series[i];
+        const bool single = series.size() == 1;
+        const std::string train_colour = single ? palette[0] : palette[i % 6];
+        const std::string val_colour = single ? palette[1] : palette[i % 6];
+        svg << polyline(s.train, train_colour, 1.0, single ? 1.0 : 0.45)
+            << polyline(s.val, val_colour, 2.0, 1.0);
+        for (const Point& p : s.val)
+            svg << "<circle cx=\"" << number(x(p.step)) << "\" cy=\"" << number(y(p.loss))
+                << "\" r=\"3\" fill=\"" << val_colour << "\"/>\n";
+        const std::string prefix = s.label.empty() ? "" : s.label + ": ";
+        svg << "<text x=\"" << w - right - 260 << "\" y=\"" << legend_y << "\" fill=\"" << train_colour
+            << "\">" << prefix << "train loss (thin)</text>\n";
+        legend_y += 17;
+        svg << "<text x=\"" << w - right - 260 << "\" y=\"" << legend_y << "\" fill=\"" << val_colour
+            << "\">" << prefix << "validation loss (dots)</text>\n";
+        legend_y += 17;
+    }
+    svg << "</svg>\n";
     std::string tmp = svg_path + ".tmp";
     {
         std::ofstream out(tmp, std::ios::trunc);
@@ -91,6 +123,11 @@ void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_p
         FG_CHECK(out.good(), "plot", "cannot write '", tmp, "'");
     }
     FG_CHECK(std::rename(tmp.c_str(), svg_path.c_str()) == 0, "plot", "cannot rename '", tmp, "'");
+}
+
+void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_path,
+                      const std::string& title) {
+    write_loss_curves({{"", metrics_jsonl}}, svg_path, title);
 }
 
 }  // namespace fg

@@ -1,13 +1,23 @@
-// train/plot.h: the loss curve of a run as an SVG picture: training loss at every step and
-// validation loss at every evaluation, read from the run's metrics.jsonl (so a resumed run's
-// picture covers its whole history).
+// train/plot.h: loss curves as an SVG picture: training loss at every step and validation loss at
+// every evaluation, read from metrics.jsonl files (so a resumed run's picture covers its whole
+// history). Several runs share one pair of axes, each in its own colour (`fusegrad plot`).
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace fg {
 
-// Writes `svg_path` (through a temporary file and a rename). Throws if the metrics cannot be read.
+struct LossCurveSource {
+    std::string label;          // shown in the legend ("" for a single run)
+    std::string metrics_jsonl;  // lines with "step" and "loss" and/or "val_loss"
+};
+
+// Writes `svg_path` (through a temporary file and a rename). Throws if a metrics file cannot be
+// read; lines without a step are skipped.
+void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::string& svg_path,
+                       const std::string& title);
+// One run.
 void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_path,
                       const std::string& title);
 

@@ -138,15 +138,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     Generator init(static_cast<std::uint64_t>(c.train.seed));
     model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
-    if (c.optim.name == "sgd") {
-        opt_ = std::make_unique<SGD>(params_, SGDOptions{c.optim.momentum, c.optim.weight_decay});
-    } else {
-        AdamWOptions o;
-        o.beta1 = c.optim.beta1;
-        o.beta2 = c.optim.beta2;
-        o.weight_decay = c.optim.weight_decay;
-        opt_ = std::make_unique<AdamW>(params_, o);
-    }
+    opt_ = make_optimizer(c, params_);
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
     set_allow_tf32(c.kernels.tf32);
     flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
@@ -161,6 +153,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
                  ", or set train.out_dir to a new directory");
     write_atomically((fs::path(dir_) / "config.yaml").string(), dump_config(cfg_));
     write_atomically((fs::path(dir_) / "vocab.txt").string(), data_->vocab().chars());
+    log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
+         << dump_config(cfg_) << "\n";
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
          << device_name(device_) << ", data " << c.data.kind << " (vocabulary " << vocab
          << "), run directory " << dir_ << "\n";
@@ -249,6 +243,16 @@ double Trainer::train_step() {
 }
 
 EvalResult Trainer::evaluate() { return evaluate_model(*model_, *data_, cfg_, device_); }
+
+std::unique_ptr<Optimizer> make_optimizer(const Config& c, const std::vector<NamedParam>& params) {
+    if (c.optim.name == "sgd")
+        return std::make_unique<SGD>(params, SGDOptions{c.optim.momentum, c.optim.weight_decay});
+    AdamWOptions o;
+    o.beta1 = c.optim.beta1;
+    o.beta2 = c.optim.beta2;
+    o.weight_decay = c.optim.weight_decay;
+    return std::make_unique<AdamW>(params, o);
+}
 
 std::unique_ptr<Dataset> make_dataset(const Config& c) {
     if (c.data.kind == "addition")

@@ -92,6 +92,8 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device);
 void load_weights(GPT& model, const std::string& path, Device device);
 // The GPT a config describes, with `vocab` tokens unless model.vocab_size says more.
 GPTConfig gpt_config(const Config& config, std::int64_t vocab);
+// The optimizer a config describes (optim.name and its hyperparameters), over `params`.
+std::unique_ptr<Optimizer> make_optimizer(const Config& config, const std::vector<NamedParam>& params);
 // The dataset a config describes.
 std::unique_ptr<Dataset> make_dataset(const Config& config);
 // Mean train and validation loss over eval_iters batches (the same batches every time), and for
