@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
-# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|sanitize|all]...
+# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|norm|sanitize|parity|shakespeare|all]...
+#   shakespeare: configs/shakespeare_char.yaml with fusegrad, then the PyTorch baseline
+#   (bench/train_torch.py, fp32 eager with TF32 unless TORCH_MODES says e.g. "fp32 bf16:compile"),
+#   for SHAKESPEARE_STEPS steps (default: the config's 5000), and a comparison table.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -26,6 +29,29 @@ for step in $what; do
                 > "$out/norm_torch.log" 2>&1 || status=1
             python3 bench/norm_report.py "$out/bench_norm.json" "$out/norm_torch.json" > "$out/norm_table.md"
             cat "$out/norm_table.md"
+            ;;&
+        parity|all)
+            ctest --test-dir build-gpu -L parity --output-on-failure > "$out/parity.log" 2>&1 || status=1
+            grep -E "^PyTorch|^parity:|FAIL" "$out/parity.log"
+            ;;&
+        shakespeare)
+            steps=${SHAKESPEARE_STEPS:-5000} eval_iters=${SHAKESPEARE_EVAL_ITERS:-200}
+            rm -rf "$out/fusegrad"
+            build-gpu/train/fusegrad train configs/shakespeare_char.yaml \
+                --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$out/fusegrad" \
+                --set train.steps="$steps" --set train.eval_iters="$eval_iters" > "$out/fusegrad_train.log" 2>&1 || status=1
+            plots=("fusegrad=$out/fusegrad/metrics.jsonl")
+            for mode in ${TORCH_MODES:-fp32}; do
+                name=torch_${mode/:/_}
+                flags="--mode ${mode%%:*}"
+                [[ $mode == *:compile ]] && flags="$flags --compile"
+                python3 bench/train_torch.py configs/shakespeare_char.yaml "$out/$name" $flags \
+                    --data "$GPU_DATA/tinyshakespeare.txt" --steps "$steps" --eval-iters "$eval_iters" > "$out/$name.log" 2>&1 || status=1
+                plots+=("PyTorch $mode=$out/$name/metrics.jsonl")
+            done
+            build-gpu/train/fusegrad plot "$out/loss_curves.svg" "${plots[@]}" \
+                --title "shakespeare_char: fusegrad and PyTorch" || status=1
+            python3 bench/train_report.py "$out" | tee "$out/train_table.md"
             ;;&
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.
