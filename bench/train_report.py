@@ -37,8 +37,9 @@ def main():
     fg = os.path.join(out, "fusegrad", "metrics.jsonl")
     if os.path.exists(fg):
         rows.append(("fusegrad fp32 (TF32 matmuls)", summarise_metrics(fg)))
-    for d in sorted(glob.glob(os.path.join(out, "torch_*"))):
-        summary = json.load(open(os.path.join(d, "summary.json"))) if os.path.exists(os.path.join(d, "summary.json")) else {}
+    for d in sorted(glob.glob(os.path.join(out, "torch_*", ""))):
+        path = os.path.join(d, "summary.json")
+        summary = json.load(open(path)) if os.path.exists(path) else {}
         s = summarise_metrics(os.path.join(d, "metrics.jsonl"))
         if s is None:
             continue

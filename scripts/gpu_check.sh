@@ -31,27 +31,33 @@ for step in $what; do
             cat "$out/norm_table.md"
             ;;&
         parity|all)
-            ctest --test-dir build-gpu -L parity --output-on-failure > "$out/parity.log" 2>&1 || status=1
+            ctest --test-dir build-gpu -L parity -V > "$out/parity.log" 2>&1 || status=1
             grep -E "^PyTorch|^parity:|FAIL" "$out/parity.log"
             ;;&
         shakespeare)
+            # Run directories go to /tmp; $OUT gets the table, the picture and one tarball.
             steps=${SHAKESPEARE_STEPS:-5000} eval_iters=${SHAKESPEARE_EVAL_ITERS:-200}
-            rm -rf "$out/fusegrad"
+            runs=/tmp/fg-shakespeare
+            rm -rf "$runs" && mkdir -p "$runs"
             build-gpu/train/fusegrad train configs/shakespeare_char.yaml \
-                --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$out/fusegrad" \
-                --set train.steps="$steps" --set train.eval_iters="$eval_iters" > "$out/fusegrad_train.log" 2>&1 || status=1
-            plots=("fusegrad=$out/fusegrad/metrics.jsonl")
+                --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$runs/fusegrad" \
+                --set train.steps="$steps" --set train.eval_iters="$eval_iters" ${FG_SET:-} \
+                > "$runs/fusegrad.log" 2>&1 || status=1
+            plots=("fusegrad=$runs/fusegrad/metrics.jsonl")
             for mode in ${TORCH_MODES:-fp32}; do
+                [ "$mode" = none ] && continue
                 name=torch_${mode/:/_}
                 flags="--mode ${mode%%:*}"
                 [[ $mode == *:compile ]] && flags="$flags --compile"
-                python3 bench/train_torch.py configs/shakespeare_char.yaml "$out/$name" $flags \
-                    --data "$GPU_DATA/tinyshakespeare.txt" --steps "$steps" --eval-iters "$eval_iters" > "$out/$name.log" 2>&1 || status=1
-                plots+=("PyTorch $mode=$out/$name/metrics.jsonl")
+                python3 bench/train_torch.py configs/shakespeare_char.yaml "$runs/$name" $flags \
+                    --data "$GPU_DATA/tinyshakespeare.txt" --steps "$steps" --eval-iters "$eval_iters" \
+                    > "$runs/$name.log" 2>&1 || status=1
+                plots+=("PyTorch $mode=$runs/$name/metrics.jsonl")
             done
             build-gpu/train/fusegrad plot "$out/loss_curves.svg" "${plots[@]}" \
                 --title "shakespeare_char: fusegrad and PyTorch" || status=1
-            python3 bench/train_report.py "$out" | tee "$out/train_table.md"
+            python3 bench/train_report.py "$runs" | tee "$out/train_table.md"
+            (cd "$runs" && tar czf "$out/shakespeare_runs.tar.gz" --exclude='*.safetensors' .)
             ;;&
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.

@@ -4,7 +4,8 @@ Written here from nanoGPT's published architecture (not from fusegrad's code): m
 tensor layouts match nanoGPT's state_dict, so `GPT.load_state_dict` accepts fusegrad's
 model.safetensors as it is. Also: a dependency-free safetensors reader (numpy), the warmup +
 cosine learning-rate schedule, and nanoGPT's AdamW parameter groups (weight decay on tensors with
-2 or more dims). Works with PyTorch 1.13 (Debian) and 2.x.
+2 or more dims). Works with PyTorch 1.13 (Debian: attention written out) and 2.x (attention by
+F.scaled_dot_product_attention, as nanoGPT does).
 """
 import json
 import math
@@ -99,9 +100,13 @@ class CausalSelfAttention(nn.Module):
         d = c // self.n_head
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, d).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(dim=-1)
-        y = self.attn_dropout(att) @ v
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2: fused (flash) attention
+            p = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+            att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(dim=-1)
+            y = self.attn_dropout(att) @ v
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))
 
 
