@@ -65,6 +65,13 @@ public:
     virtual std::size_t total_sum_workspace_bytes(long long n) = 0;
     virtual void total_sum_f32(const float* x, long long n, float alpha, float* out,
                                void* workspace) = 0;
+    // attention.h
+    virtual void attention_probs_f32(const float* s, float* pd, float* lse, bool compute_lse,
+                                     long long rows, long long t, float scale, float p,
+                                     std::uint64_t seed, std::uint64_t offset) = 0;
+    virtual void attention_probs_backward_f32(float* s_to_ds, const float* dpd, const float* lse,
+                                              long long rows, long long t, float scale, float p,
+                                              std::uint64_t seed, std::uint64_t offset) = 0;
     // softmax.h
     virtual void softmax_forward_f32(const float* x, long long rows, long long cols,
                                      long long q_len, float* y) = 0;

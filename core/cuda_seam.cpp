@@ -4,6 +4,7 @@
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "kernels/runtime.h"
+#include "kernels/attention.h"
 #include "kernels/softmax.h"
 
 #include "cuda_backend.h"
@@ -107,6 +108,16 @@ public:
     void total_sum_f32(const float* x, long long n, float alpha, float* out,
                        void* workspace) override {
         k::total_sum_f32(x, n, alpha, out, workspace);
+    }
+    void attention_probs_f32(const float* s, float* pd, float* lse, bool compute_lse,
+                             long long rows, long long t, float scale, float p, std::uint64_t seed,
+                             std::uint64_t offset) override {
+        k::attention_probs_f32(s, pd, lse, compute_lse, rows, t, scale, p, seed, offset);
+    }
+    void attention_probs_backward_f32(float* s_to_ds, const float* dpd, const float* lse,
+                                      long long rows, long long t, float scale, float p,
+                                      std::uint64_t seed, std::uint64_t offset) override {
+        k::attention_probs_backward_f32(s_to_ds, dpd, lse, rows, t, scale, p, seed, offset);
     }
     void softmax_forward_f32(const float* x, long long rows, long long cols, long long q_len,
                              float* y) override {

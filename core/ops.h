@@ -59,6 +59,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
 // weight (V, C), ids i32 of any shape S -> S + (C). Deterministic backward.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 
+// ---- attention (ops/attention.cpp; kernels/attention.cu) -------------------------------------
+// Causal self-attention of every head, fused so that nothing of (T, T) size is kept for the
+// backward: qkv (3, B, H, T, D) holds q, k, v; returns (B, H, T, D)
+//   out = dropout(softmax(q k^T / sqrt(D), causal), p) v
+// with dropout drawn from default_generator() exactly as dropout() on the (B, H, T, T)
+// probabilities would (the same counters), only when training and p > 0. The backward recomputes
+// q k^T and the probabilities from one saved log-sum-exp per row.
+Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training = true);
+
 // ---- layout and conversion (ops/layout.cpp) -------------------------------------------------
 Tensor reshape(const Tensor& x, const Shape& shape);  // view; one dim may be -1
 Tensor slice(const Tensor& x, std::int64_t start, std::int64_t end);  // view of rows of dim 0

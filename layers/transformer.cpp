@@ -39,12 +39,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
     const std::int64_t b = x.size(0), t = x.size(1), c = x.size(2), h = n_head_, d = c / h;
     // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v are rows 0, 1, 2 of dim 0.
     Tensor qkv = permute(c_attn.forward(x).reshape({b, t, 3, h, d}), {2, 0, 3, 1, 4});
-    Tensor q = qkv.slice(0, 1).reshape({b, h, t, d});
-    Tensor k = qkv.slice(1, 2).reshape({b, h, t, d});
-    Tensor v = qkv.slice(2, 3).reshape({b, h, t, d});
-    Tensor att = softmax(scale(matmul(q, k, false, true), 1.0 / std::sqrt(double(d))), true);  // (B, H, T, T)
-    att = dropout(att, dropout_, training());
-    Tensor y = merge_heads(matmul(att, v));  // (B, H, T, D) -> (B, T, C)
+    // softmax(q k^T / sqrt(D), causal) with dropout, times v: one op that keeps no (T, T) tensor.
+    Tensor y = merge_heads(causal_attention(qkv, dropout_, training()));  // (B, H, T, D) -> (B, T, C)
     return dropout(c_proj.forward(y), dropout_, training());
 }
 

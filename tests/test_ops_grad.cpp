@@ -194,3 +194,65 @@ TEST_CASE("a small composite: attention-shaped graph", "[ops][grad]") {
         },
         {q, k, v});
 }
+
+namespace {
+
+// causal_attention written out with the plain ops: the definition the fused op must match.
+Tensor attention_by_plain_ops(const Tensor& qkv, double p) {
+    const std::int64_t b = qkv.size(1), h = qkv.size(2), t = qkv.size(3), d = qkv.size(4);
+    Tensor q = qkv.slice(0, 1).reshape({b, h, t, d});
+    Tensor k = qkv.slice(1, 2).reshape({b, h, t, d});
+    Tensor v = qkv.slice(2, 3).reshape({b, h, t, d});
+    Tensor att = softmax(scale(matmul(q, k, false, true), 1.0 / std::sqrt(double(d))), true);
+    return matmul(dropout(att, p, true), v);
+}
+
+}  // namespace
+
+TEST_CASE("causal_attention equals the plain-op composition, dropout included", "[ops][grad]") {
+    for (double p : {0.0, 0.25}) {
+        INFO("dropout " << p);
+        Tensor qkv = random_f64({3, 2, 3, 7, 4});
+        default_generator().set_state(11, 5);
+        Tensor fused = causal_attention(qkv, p);
+        Tensor w = random_f64(fused.shape(), false);
+        sum(mul(fused, w)).backward();
+        Tensor fused_grad = qkv.grad();
+        qkv.zero_grad();
+        default_generator().set_state(11, 5);  // the same dropout counters
+        Tensor plain = attention_by_plain_ops(qkv, p);
+        sum(mul(plain, w)).backward();
+        CHECK(test::max_abs_diff(fused.to_vector<double>(), plain.to_vector<double>()) < 1e-12);
+        CHECK(test::max_abs_diff(fused_grad.to_vector<double>(), qkv.grad().to_vector<double>()) < 1e-12);
+        // Not training: no dropout, and the generator does not move.
+        std::uint64_t offset = default_generator().offset();
+        Tensor eval = causal_attention(qkv, p, false);
+        CHECK(default_generator().offset() == offset);
+        CHECK(test::max_abs_diff(eval.to_vector<double>(), attention_by_plain_ops(qkv, 0.0).to_vector<double>()) < 1e-12);
+    }
+}
+
+TEST_CASE("causal_attention: gradients by finite differences, T = 1 and longer", "[ops][grad]") {
+    for (std::int64_t t : {1, 9}) {
+        for (double p : {0.0, 0.3}) {
+            INFO("T " << t << ", dropout " << p);
+            Tensor qkv = random_f64({3, 1, 2, t, 5});
+            check_gradients(
+                [p](auto& in) {
+                    default_generator().set_state(3, 0);  // the same mask at every evaluation
+                    return causal_attention(in[0], p);
+                },
+                {qkv});
+        }
+    }
+}
+
+TEST_CASE("causal_attention rejects bad input", "[ops][errors]") {
+    using Catch::Matchers::Contains;
+    REQUIRE_THROWS_WITH(causal_attention(random_f64({2, 1, 1, 4, 4}), 0.0),
+                        Contains("[causal_attention] qkv must be (3, B, H, T, D), got (2, 1, 1, 4, 4)"));
+    REQUIRE_THROWS_WITH(causal_attention(random_f64({3, 1, 1, 4, 4}), 1.0),
+                        Contains("dropout p must be in [0, 1), got 1"));
+    REQUIRE_THROWS_WITH(causal_attention(Tensor::zeros({3, 1, 1, 4, 4}, DType::i32), 0.0),
+                        Contains("[causal_attention] CPU tensors must be f32 or f64, got i32"));
+}

@@ -76,26 +76,38 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     if (s.k == 0) {  // empty inner dimension: the sum of nothing
         return Tensor::zeros(s.out_shape, a.dtype(), a.device());
     }
-    if (a.is_cuda()) {
-        CudaBackend& cuda = cuda_backend("matmul");
-        cuda.set_tf32(g_allow_tf32);
-        cuda.gemm_f32(ta, tb, s.m, s.n, s.k, 1.0f, a.data<float>(), s.stride_a, b.data<float>(),
-                      s.stride_b, 0.0f, c.data<float>(), s.m * s.n, s.batch);
-    } else {
-        dispatch_float(a.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            const T* pa = static_cast<const T*>(a.raw_data());
-            const T* pb = static_cast<const T*>(b.raw_data());
-            T* pc = static_cast<T*>(c.raw_data());
-            for (std::int64_t i = 0; i < s.batch; ++i)
-                gemm_cpu<T>(ta, tb, s.m, s.n, s.k, pa + i * s.stride_a, pb + i * s.stride_b,
-                            pc + i * s.m * s.n);
-        });
-    }
+    gemm_raw(a.device(), a.dtype(), ta, tb, s.m, s.n, s.k, a.raw_data(), s.stride_a, b.raw_data(),
+             s.stride_b, c.raw_data(), s.m * s.n, s.batch);
     return c;
 }
 
 }  // namespace
+
+namespace ops_detail {
+
+void gemm_raw(Device device, DType dtype, bool ta, bool tb, std::int64_t m, std::int64_t n,
+              std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
+              std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch) {
+    if (batch == 0 || m == 0 || n == 0) return;
+    if (device == Device::cuda) {
+        CudaBackend& cuda = cuda_backend("matmul");
+        cuda.set_tf32(g_allow_tf32);
+        cuda.gemm_f32(ta, tb, m, n, k, 1.0f, static_cast<const float*>(a), stride_a,
+                      static_cast<const float*>(b), stride_b, 0.0f, static_cast<float*>(c),
+                      stride_c, batch);
+        return;
+    }
+    dispatch_float(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const T* pa = static_cast<const T*>(a);
+        const T* pb = static_cast<const T*>(b);
+        T* pc = static_cast<T*>(c);
+        for (std::int64_t i = 0; i < batch; ++i)
+            gemm_cpu<T>(ta, tb, m, n, k, pa + i * stride_a, pb + i * stride_b, pc + i * stride_c);
+    });
+}
+
+}  // namespace ops_detail
 
 void set_allow_tf32(bool allowed) { g_allow_tf32 = allowed; }
 bool allow_tf32() { return g_allow_tf32; }

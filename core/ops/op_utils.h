@@ -65,4 +65,11 @@ Tensor sum_to(const Tensor& g, const Shape& to);
 // Not recorded: repeats x (shape `from`, broadcastable) to `shape`.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 
+// Not recorded: C[i] = op(A[i]) @ op(B[i]) for i < batch on raw row-major buffers (strides in
+// elements between batch entries): cuBLAS on CUDA (f32, TF32 when allowed), CBLAS on the CPU (f32
+// or f64). The same conventions as kernels/matmul.h with alpha = 1, beta = 0.
+void gemm_raw(Device device, DType dtype, bool ta, bool tb, std::int64_t m, std::int64_t n,
+              std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
+              std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch);
+
 }  // namespace fg::ops_detail

@@ -237,6 +237,22 @@ TEST_CASE("layout ops and casts match the CPU", "[gpu]") {
     check_against_cpu("transpose", [](auto& in) { return transpose(in[0], 1, 3); }, {x}, 0.0);
     check_against_cpu("slice", [](auto& in) { return slice(in[0], 1, 3); }, {x}, 0.0);
     check_against_cpu("reshape", [](auto& in) { return reshape(in[0], {99, -1}); }, {x}, 0.0);
+    // The last dim kept: rows copied in 16-, 8- or 4-byte units (D = 64, 6, 2, 33), also from a
+    // view whose start is not 16-byte aligned, and for 2-byte elements.
+    for (std::int64_t d : {64, 6, 2, 33}) {
+        Tensor qkv = random_f32({2, 5, 3, 4, d});
+        check_against_cpu("qkv permute D " + std::to_string(d),
+                          [](auto& in) { return permute(in[0], {2, 0, 3, 1, 4}); }, {qkv}, 0.0);
+        Tensor odd = random_f32({2, 1, 3, 1, d});  // row 1 starts 3 * d floats in: 8-byte aligned
+        check_against_cpu("permute of an offset view D " + std::to_string(d),
+                          [](auto& in) { return permute(slice(in[0], 1, 2), {2, 0, 3, 1, 4}); },
+                          {odd}, 0.0);
+    }
+    for (std::int64_t d : {3, 4, 8}) {
+        Tensor x16 = random_f32({3, 5, d}).to(DType::bf16);
+        Tensor on_gpu = permute(x16.to(Device::cuda), {1, 0, 2}).to(Device::cpu);
+        REQUIRE(on_gpu.to_vector<double>() == permute(x16, {1, 0, 2}).to_vector<double>());
+    }
     Tensor h = random_f32({2, 37, 4 * 33});
     check_against_cpu("heads", [](auto& in) { return merge_heads(gelu(split_heads(in[0], 4))); },
                       {h}, 1e-5);
@@ -324,4 +340,23 @@ TEST_CASE("empty tensors are no-ops", "[gpu]") {
     REQUIRE(add(e, Tensor::zeros({7}, DType::f32, Device::cuda)).numel() == 0);
     REQUIRE(sum(e).item() == 0.0);
     REQUIRE(matmul(e, Tensor::zeros({7, 3}, DType::f32, Device::cuda)).shape() == Shape{0, 3});
+}
+
+TEST_CASE("causal_attention matches the CPU, dropout included", "[gpu]") {
+    require_gpu();
+    struct Case {
+        std::int64_t b, h, t, d;
+    };
+    for (Case c : {Case{1, 1, 1, 8}, Case{2, 3, 37, 16}, Case{2, 6, 256, 64}, Case{1, 2, 300, 32}}) {
+        for (double p : {0.0, 0.2}) {
+            Tensor qkv = random_f32({3, c.b, c.h, c.t, c.d});
+            check_against_cpu("causal_attention T " + std::to_string(c.t) + " D " +
+                                  std::to_string(c.d) + " dropout " + std::to_string(p),
+                              [p](auto& in) {
+                                  default_generator().set_state(21, 7);  // the same counters
+                                  return causal_attention(in[0], p);
+                              },
+                              {qkv}, 1e-5);
+        }
+    }
 }
