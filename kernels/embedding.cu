@@ -29,19 +29,36 @@ __global__ void iota_kernel(int* out, long long n) {
         out[i] = (int)i;
 }
 
-// Block s owns sorted slot s if it starts a run of equal ids; it sums that run's rows in order.
+// Block (s, tile) owns sorted slot s if it starts a run of equal ids, and columns
+// [tile * 128, tile * 128 + 128) of that id's gradient row. Its 8 warps split the run's rows
+// (warp w takes rows w, w + 8, ...), each lane 4 columns (lane + 32 j); then the 8 partial sums
+// are added in warp order. The same shape every time: the result is deterministic.
+constexpr int kBackwardWarps = 8, kColsPerLane = 4, kTileCols = 32 * kColsPerLane;
+
 __global__ void embedding_backward_kernel(const float* dout, const int* sorted_ids,
                                           const int* sorted_pos, long long n, long long dim,
                                           long long vocab, float* dweight) {
-    long long s = blockIdx.x;
-    int id = sorted_ids[s];
-    if ((s > 0 && sorted_ids[s - 1] == id) || id < 0 || id >= vocab) return;
+    __shared__ float partial[kBackwardWarps][kTileCols];
+    const long long s = blockIdx.x;
+    const int id = sorted_ids[s];
+    if ((s > 0 && sorted_ids[s - 1] == id) || id < 0 || id >= vocab) return;  // block-uniform
     long long end = s + 1;
     while (end < n && sorted_ids[end] == id) ++end;
-    for (long long c = threadIdx.x; c < dim; c += blockDim.x) {
-        float acc = 0.0f;
-        for (long long k = s; k < end; ++k) acc += dout[(long long)sorted_pos[k] * dim + c];
-        dweight[(long long)id * dim + c] = acc;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long col0 = blockIdx.y * (long long)kTileCols;
+    float acc[kColsPerLane] = {};
+    for (long long k = s + warp; k < end; k += kBackwardWarps) {
+        const float* row = dout + (long long)sorted_pos[k] * dim + col0;
+        for (int j = 0; j < kColsPerLane; ++j)
+            if (col0 + lane + 32 * j < dim) acc[j] += row[lane + 32 * j];
+    }
+    for (int j = 0; j < kColsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
+    __syncthreads();
+    for (int c = threadIdx.x; c < kTileCols; c += blockDim.x) {
+        if (col0 + c >= dim) continue;
+        float total = 0.0f;
+        for (int w = 0; w < kBackwardWarps; ++w) total += partial[w][c];
+        dweight[(long long)id * dim + col0 + c] = total;
     }
 }
 
@@ -85,7 +102,8 @@ void embedding_backward_f32(const float* dout, const int* ids, long long n, long
     FG_LAUNCH_CHECK();
     FG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, positions,
                                                   sorted_pos, (int)n, 0, 32, stream()));
-    embedding_backward_kernel<<<(unsigned)n, threads_for(dim), 0, stream()>>>(
+    const dim3 grid((unsigned)n, (unsigned)((dim + kTileCols - 1) / kTileCols));
+    embedding_backward_kernel<<<grid, kBackwardWarps * 32, 0, stream()>>>(
         dout, sorted_ids, sorted_pos, n, dim, vocab, dweight);
     FG_LAUNCH_CHECK();
 }

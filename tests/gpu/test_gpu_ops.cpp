@@ -347,7 +347,9 @@ TEST_CASE("causal_attention matches the CPU, dropout included", "[gpu]") {
     struct Case {
         std::int64_t b, h, t, d;
     };
-    for (Case c : {Case{1, 1, 1, 8}, Case{2, 3, 37, 16}, Case{2, 6, 256, 64}, Case{1, 2, 300, 32}}) {
+    // Rows in registers (T <= 1024) and the looping kernels (T = 1100).
+    for (Case c : {Case{1, 1, 1, 8}, Case{2, 3, 37, 16}, Case{2, 6, 256, 64}, Case{1, 2, 300, 32},
+                   Case{1, 1, 1100, 8}}) {
         for (double p : {0.0, 0.2}) {
             Tensor qkv = random_f32({3, c.b, c.h, c.t, c.d});
             check_against_cpu("causal_attention T " + std::to_string(c.t) + " D " +
