@@ -10,7 +10,7 @@ Precision modes: fp32 (fp32 weights and activations, TF32 matmuls: what fusegrad
 kernels.tf32), bf16 (autocast), each eager or with --compile.
 
 usage: train_torch.py CONFIG.yaml OUT_DIR [--mode fp32|bf16] [--compile] [--steps N]
-                      [--data PATH] [--eval-iters N]
+                      [--data PATH] [--eval-iters N] [--seed S]
 """
 import argparse
 import json
@@ -59,9 +59,12 @@ def main():
     ap.add_argument("--steps", type=int, default=None, help="stop after N steps (schedule unchanged)")
     ap.add_argument("--data", default=None, help="the text file (default: the config's data.path)")
     ap.add_argument("--eval-iters", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=None, help="instead of the config's train.seed")
     args = ap.parse_args()
     c = read_config(args.config)
     m, o, t = c["model"], c["optim"], c["train"]
+    if args.seed is not None:
+        t["seed"] = args.seed
     torch.manual_seed(t["seed"])
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
-# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|norm|sanitize|parity|shakespeare|all]...
+# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|norm|sanitize|parity|shakespeare|seeds|all]...
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad, then the PyTorch baseline
 #   (bench/train_torch.py, fp32 eager with TF32 unless TORCH_MODES says e.g. "fp32 bf16:compile"),
 #   for SHAKESPEARE_STEPS steps (default: the config's 5000), and a comparison table.
@@ -58,6 +58,26 @@ for step in $what; do
                 --title "shakespeare_char: fusegrad and PyTorch" || status=1
             python3 bench/train_report.py "$runs" | tee "$out/train_table.md"
             (cd "$runs" && tar czf "$out/shakespeare_runs.tar.gz" --exclude='*.safetensors' .)
+            ;;&
+        seeds)
+            # Seed-to-seed spread: fusegrad and PyTorch fp32 with SEEDS (default "1 2"), each
+            # stopped at SEED_STEPS (default 2250) of the 5000-step schedule; val loss per eval.
+            runs=/tmp/fg-seeds
+            rm -rf "$runs" && mkdir -p "$runs"
+            for seed in ${SEEDS:-1 2}; do
+                build-gpu/train/fusegrad train configs/shakespeare_char.yaml --max-steps "${SEED_STEPS:-2250}" \
+                    --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$runs/fusegrad_$seed" \
+                    --set train.seed="$seed" > "$runs/fusegrad_$seed.log" 2>&1 || status=1
+                python3 bench/train_torch.py configs/shakespeare_char.yaml "$runs/torch_$seed" --seed "$seed" \
+                    --data "$GPU_DATA/tinyshakespeare.txt" --steps "${SEED_STEPS:-2250}" \
+                    > "$runs/torch_$seed.log" 2>&1 || status=1
+            done
+            for f in "$runs"/*/metrics.jsonl; do
+                echo "$(basename "$(dirname "$f")"): $(grep val_loss "$f" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+print(" ".join("%d:%.4f" % (r["step"], r["val_loss"]) for r in rows), " best %.4f" % min(r["val_loss"] for r in rows))')"
+            done | tee "$out/seeds.txt"
             ;;&
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.

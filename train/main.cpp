@@ -22,9 +22,10 @@ const char* kUsage =
     "usage: fusegrad <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train CONFIG.yaml [--set key.path=value]...\n"
-    "  train --resume RUN_DIR [--set key.path=value]...\n"
-    "        train a GPT from a YAML config (Ctrl-C saves a checkpoint and stops)\n"
+    "  train CONFIG.yaml [--set key.path=value]... [--max-steps N]\n"
+    "  train --resume RUN_DIR [--set key.path=value]... [--max-steps N]\n"
+    "        train a GPT from a YAML config (Ctrl-C saves a checkpoint and stops; --max-steps\n"
+    "        stops after step N with the schedule unchanged, and --resume goes on from there)\n"
     "  demo [--device auto|cpu|cuda] [--steps N] [--seed S]\n"
     "        train a small MLP with fusegrad's autograd (a tour of the core)\n"
     "  sample RUN_DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
@@ -74,10 +75,15 @@ int run(const std::vector<std::string>& args) {
     if (command == "train") {
         std::string config, resume;
         std::vector<std::string> overrides;
+        long max_steps = -1;  // stop early; the schedule still spans train.steps
         for (std::size_t i = 1; i < args.size(); ++i) {
             if (args[i] == "--set" || args[i] == "--resume") {
                 FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
                 (args[i] == "--set" ? overrides.emplace_back() : resume) = args[i + 1];
+                ++i;
+            } else if (args[i] == "--max-steps") {
+                FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
+                max_steps = parse_int(args[i], args[i + 1], 1);
                 ++i;
             } else if (config.empty() && args[i].rfind("--", 0) != 0) {
                 config = args[i];
@@ -94,7 +100,7 @@ int run(const std::vector<std::string>& args) {
         else
             trainer = fg::Trainer::resume(resume, overrides, std::cout);
         trainer->set_progress_bar(isatty(STDOUT_FILENO) == 1);
-        trainer->run();
+        trainer->run(max_steps);
         return fg::Trainer::stop_requested() ? 130 : 0;
     }
     if (command == "sample" || command == "eval") {
