@@ -33,7 +33,7 @@ const char* kUsage =
     "        continue a prompt with a trained model (temperature 0: greedy)\n"
     "  eval RUN_DIR [--best] [--device auto|cpu|cuda]\n"
     "        train and validation loss (and held-out accuracy for addition)\n"
-    "  plot OUT.svg LABEL=METRICS.jsonl... [--title TEXT]\n"
+    "  plot OUT.svg LABEL=METRICS.jsonl... [--title TEXT] [--y-max LOSS]\n"
     "        train and validation loss of one or more runs on the same axes\n"
     "  info  print the build and the devices fusegrad can use\n";
 
@@ -156,10 +156,18 @@ int run(const std::vector<std::string>& args) {
         FG_CHECK(args.size() >= 3, "cli", "plot needs OUT.svg and at least one LABEL=METRICS.jsonl");
         std::vector<fg::LossCurveSource> runs;
         std::string title = "loss";
+        double y_max = 0.0;
         for (std::size_t i = 2; i < args.size(); ++i) {
-            if (args[i] == "--title") {
-                FG_CHECK(i + 1 < args.size(), "cli", "--title needs a value");
-                title = args[++i];
+            if (args[i] == "--title" || args[i] == "--y-max") {
+                FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
+                if (args[i] == "--title") {
+                    title = args[++i];
+                    continue;
+                }
+                char* end = nullptr;
+                const std::string& value = args[++i];
+                y_max = std::strtod(value.c_str(), &end);
+                FG_CHECK(end && *end == '\0' && y_max > 0, "cli", "--y-max needs a number > 0, got '", value, "'");
                 continue;
             }
             const std::size_t eq = args[i].find('=');
@@ -168,7 +176,7 @@ int run(const std::vector<std::string>& args) {
             runs.push_back({args[i].substr(0, eq), args[i].substr(eq + 1)});
         }
         FG_CHECK(!runs.empty(), "cli", "plot needs at least one LABEL=METRICS.jsonl");
-        fg::write_loss_curves(runs, args[1], title);
+        fg::write_loss_curves(runs, args[1], title, y_max);
         return 0;
     }
     if (command == "demo") {

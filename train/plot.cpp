@@ -50,7 +50,7 @@ Series read_metrics(const LossCurveSource& source) {
 }  // namespace
 
 void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::string& svg_path,
-                       const std::string& title) {
+                       const std::string& title, double y_max) {
     FG_CHECK(!runs.empty(), "plot", "no metrics files to plot");
     std::vector<Series> series;
     for (const LossCurveSource& r : runs) series.push_back(read_metrics(r));
@@ -64,9 +64,13 @@ void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::stri
                 min_loss = std::min(min_loss, p.loss);
             }
     if (min_loss > max_loss) min_loss = 0;
+    if (y_max > 0) max_loss = y_max;
     min_loss = std::max(0.0, std::floor(min_loss * 2) / 2 - 0.5);  // a round floor below the data
     auto x = [&](double s) { return left + (w - left - right) * s / max_step; };
-    auto y = [&](double l) { return top + (h - top - bottom) * (1 - (l - min_loss) / (max_loss - min_loss)); };
+    auto y = [&](double l) {
+        l = std::min(l, max_loss);
+        return top + (h - top - bottom) * (1 - (l - min_loss) / (max_loss - min_loss));
+    };
     auto polyline = [&](const std::vector<Point>& pts, const std::string& colour, double width,
                         double opacity) {
         std::ostringstream s;

@@ -15,8 +15,10 @@ struct LossCurveSource {
 
 // Writes `svg_path` (through a temporary file and a rename). Throws if a metrics file cannot be
 // read; lines without a step are skipped.
+// y_max > 0 sets the top of the loss axis (points above it are drawn at the top edge), to look
+// closely at the end of training; 0 fits the axis to the data.
 void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::string& svg_path,
-                       const std::string& title);
+                       const std::string& title, double y_max = 0.0);
 // One run.
 void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_path,
                       const std::string& title);
