@@ -8,6 +8,7 @@
 // contiguous block of the output's (bias (C) over (B, T, C); row statistic (R, 1) over (R, C)).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "op_utils.h"
 
@@ -95,13 +96,48 @@ namespace {
 using namespace ops_detail;
 using kernels::BinaryOp;
 
+// Element i of out reads a[(i / inner) % count] (a itself when count == n). The loops below walk
+// out in runs over which each operand is either contiguous or constant, so the compiler can
+// vectorise them; the op is a template parameter for the same reason.
+template <typename T, typename Op>
+void binary_runs_cpu(Op op, const T* a, BroadcastLayout la, const T* b, BroadcastLayout lb, T* out,
+                     std::int64_t n) {
+    const bool a_full = la.count == n, b_full = lb.count == n;
+    if (a_full && b_full) {
+        for (std::int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+        return;
+    }
+    if (a_full || b_full) {
+        // One operand full, the other (x) broadcast: runs of x's inner, or of x's count when
+        // its inner is 1 (x repeats along the leading dims, as a bias does).
+        const BroadcastLayout& lx = a_full ? lb : la;
+        const T* x = a_full ? b : a;
+        const T* full = a_full ? a : b;
+        auto apply = [&](T f, T v) { return a_full ? op(f, v) : op(v, f); };
+        if (lx.inner == 1) {
+            for (std::int64_t start = 0; start < n; start += lx.count)
+                for (std::int64_t j = 0; j < lx.count; ++j)
+                    out[start + j] = apply(full[start + j], x[j]);
+        } else {
+            for (std::int64_t run = 0, start = 0; start < n; ++run, start += lx.inner) {
+                const T v = x[run % lx.count];
+                for (std::int64_t j = 0; j < lx.inner; ++j) out[start + j] = apply(full[start + j], v);
+            }
+        }
+        return;
+    }
+    for (std::int64_t i = 0; i < n; ++i)
+        out[i] = op(a[(i / la.inner) % la.count], b[(i / lb.inner) % lb.count]);
+}
+
 template <typename T>
 void binary_forward_cpu(BinaryOp op, const T* a, BroadcastLayout la, const T* b,
                         BroadcastLayout lb, T* out, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i) {
-        T x = a[la.count == n ? i : (i / la.inner) % la.count];
-        T y = b[lb.count == n ? i : (i / lb.inner) % lb.count];
-        out[i] = op == BinaryOp::add ? x + y : op == BinaryOp::sub ? x - y : x * y;
+    if (n == 0) return;
+    switch (op) {
+        case BinaryOp::add: return binary_runs_cpu(std::plus<T>(), a, la, b, lb, out, n);
+        case BinaryOp::sub: return binary_runs_cpu(std::minus<T>(), a, la, b, lb, out, n);
+        default: return binary_runs_cpu(std::multiplies<T>(), a, la, b, lb, out, n);
     }
 }
 

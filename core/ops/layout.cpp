@@ -3,6 +3,7 @@
 //   permute:         a new contiguous tensor; backward is the inverse permutation.
 //   cast / to_device: backward casts / moves the gradient back.
 // split_heads and merge_heads are the (B, T, H*D) <-> (B, H, T, D) moves of attention.
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -31,13 +32,25 @@ void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
 
 template <typename T>
 void permute_cpu(const T* in, T* out, std::int64_t n, const kernels::PermuteParams& p) {
-    for (std::int64_t i = 0; i < n; ++i) {
-        std::int64_t rest = i, src = 0;
-        for (int k = p.ndim - 1; k >= 0; --k) {
-            src += (rest % p.out_shape[k]) * p.in_stride[k];
-            rest /= p.out_shape[k];
+    // Walks the output row by row (rows of its last dim); an odometer over the leading dims
+    // keeps the source offset of the row, so there is no division per element.
+    const int last = p.ndim - 1;
+    const std::int64_t row = p.out_shape[last], step = p.in_stride[last];
+    if (n == 0 || row == 0) return;
+    std::int64_t index[kernels::kMaxDims] = {};
+    std::int64_t src = 0;
+    for (std::int64_t start = 0; start < n; start += row) {
+        const T* from = in + src;
+        if (step == 1)
+            std::copy(from, from + row, out + start);
+        else
+            for (std::int64_t j = 0; j < row; ++j) out[start + j] = from[j * step];
+        for (int k = last - 1; k >= 0; --k) {  // next row: advance the odometer
+            src += p.in_stride[k];
+            if (++index[k] < p.out_shape[k]) break;
+            src -= index[k] * p.in_stride[k];
+            index[k] = 0;
         }
-        out[i] = in[src];
     }
 }
 
