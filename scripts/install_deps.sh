@@ -3,8 +3,11 @@
 # not root). CUDA is optional and not installed here: with nvcc present (on PATH or in
 # /usr/local/cuda) the kernels are built too.
 set -euo pipefail
-packages=(cmake g++ ninja-build pkg-config libyaml-cpp-dev catch2 libopenblas-dev nlohmann-json3-dev
-          python3-torch)  # python3-torch: the PyTorch parity test (tests/parity)
+# With --tests, also python3-torch: the PyTorch parity test (tests/parity) runs with it.
+packages=(cmake g++ ninja-build pkg-config libyaml-cpp-dev catch2 libopenblas-dev nlohmann-json3-dev)
+if [ "${1:-}" = "--tests" ]; then
+    packages+=(python3-torch)
+fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -6,7 +6,7 @@
 #      and its CPU tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh
+bash scripts/install_deps.sh --tests
 jobs=$(nproc)
 export PATH="$PATH:/usr/local/cuda/bin"
 

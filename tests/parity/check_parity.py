@@ -27,7 +27,11 @@ import subprocess
 import sys
 import tempfile
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("error: [parity] %s has no PyTorch: install python3-torch (Debian/Ubuntu), or configure "
+             "with -DFG_PYTHON=/path/to/a/python/with/torch" % sys.executable)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nanogpt_ref import GPT, GPTConfig, adamw, cosine_lr, load_safetensors  # noqa: E402
