@@ -26,6 +26,12 @@ public:
         offset_ += n;
         return first;
     }
+    // The same, starting at a multiple of 4 (dropout draws four decisions per Philox call: see
+    // kernels/philox.h); up to 3 counters are skipped.
+    std::uint64_t advance_aligned(std::uint64_t n) {
+        offset_ = (offset_ + 3) / 4 * 4;
+        return advance(n);
+    }
 
 private:
     std::uint64_t seed_;

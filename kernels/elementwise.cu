@@ -109,12 +109,19 @@ __global__ void gelu_backward_kernel(const float4* x, const float4* dy, float4* 
     }
 }
 
+// Each thread takes four consecutive elements, so one Philox call decides all four when the
+// offset is a multiple of 4 (the ops claim aligned offsets).
 __global__ void dropout_kernel(const float* in, float* out, long long n, float p,
                                unsigned long long seed, unsigned long long offset) {
     float scale = 1.0f / (1.0f - p);
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        out[i] = philox::keep(seed, offset + i, p) ? in[i] * scale : 0.0f;
+    for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; 4 * g < n;
+         g += (long long)gridDim.x * blockDim.x) {
+        bool kept[4];
+        philox::keep4(seed, offset + 4 * g, p, kept);
+        for (int e = 0; e < 4 && 4 * g + e < n; ++e) {
+            const long long i = 4 * g + e;
+            out[i] = kept[e] ? in[i] * scale : 0.0f;
+        }
     }
 }
 
@@ -259,7 +266,8 @@ void gelu_backward_f32(const float* x, const float* dy, float* dx, long long n) 
 void dropout_f32(const float* in, float* out, long long n, float p, unsigned long long seed,
                  unsigned long long offset) {
     if (n == 0) return;
-    dropout_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(in, out, n, p, seed, offset);
+    dropout_kernel<<<grid_for((n + 3) / 4, kThreads), kThreads, 0, stream()>>>(in, out, n, p, seed,
+                                                                            offset);
     FG_LAUNCH_CHECK();
 }
 

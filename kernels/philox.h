@@ -3,7 +3,7 @@
 // state in between, so element i of a random tensor is a pure function of (seed, offset + i) and
 // the CPU and the GPU produce the same numbers. Also the three distributions fusegrad draws:
 // uniform [0, 1), standard normal (Box-Muller, computed in double so both sides round alike), and
-// the keep/drop decision of dropout.
+// the keep/drop decisions of dropout (four per call).
 #pragma once
 
 #include <cmath>
@@ -75,9 +75,23 @@ FG_HOST_DEVICE float normal(std::uint64_t seed, std::uint64_t counter, float mea
     return fmaf(stddev, normal(seed, counter), mean);
 }
 
-// Dropout's decision for one element: kept with probability 1 - p.
+// Dropout's decisions: element counter c is kept with probability 1 - p. They come four to a
+// Philox call: c uses word c % 4 of the block for counter c / 4, so a kernel that handles four
+// consecutive counters starting at a multiple of 4 makes one call instead of four.
+FG_HOST_DEVICE bool keep_word(std::uint32_t word, float p) {
+    return static_cast<float>(word >> 8) * (1.0f / 16777216.0f) >= p;
+}
 FG_HOST_DEVICE bool keep(std::uint64_t seed, std::uint64_t counter, float p) {
-    return uniform(seed, counter) >= p;
+    return keep_word(philox4x32_10(seed, counter >> 2).w[counter & 3], p);
+}
+// The decisions for counters first .. first + 3: one Philox call when first is a multiple of 4.
+FG_HOST_DEVICE void keep4(std::uint64_t seed, std::uint64_t first, float p, bool (&kept)[4]) {
+    if ((first & 3) == 0) {
+        Words r = philox4x32_10(seed, first >> 2);
+        for (int e = 0; e < 4; ++e) kept[e] = keep_word(r.w[e], p);
+    } else {
+        for (int e = 0; e < 4; ++e) kept[e] = keep(seed, first + e, p);
+    }
 }
 
 }  // namespace fg::philox

@@ -167,3 +167,22 @@ TEST_CASE("memory counters track bytes in use and peak", "[allocator]") {
     REQUIRE(after.peak_bytes_in_use >= before.bytes_in_use + (4u << 20));
     REQUIRE_THAT(format_memory_stats(after), Contains("peak"));
 }
+
+TEST_CASE("dropout decisions: four per Philox call, the same one by one", "[random]") {
+    // keep4 from an aligned counter makes one call; from any other counter, four. Both must
+    // agree with keep() counter by counter, which is what every CPU reference uses.
+    for (std::uint64_t first : {0ull, 4ull, 5ull, 6ull, 7ull, 1000003ull}) {
+        bool kept[4];
+        philox::keep4(99, first, 0.3f, kept);
+        for (int e = 0; e < 4; ++e) CHECK(kept[e] == philox::keep(99, first + e, 0.3f));
+    }
+    // Each of the four words is used: about 30% dropped over many counters, in every position.
+    int dropped[4] = {};
+    for (std::uint64_t c = 0; c < 40000; ++c) dropped[c % 4] += !philox::keep(5, c, 0.3f);
+    for (int e = 0; e < 4; ++e) CHECK(std::abs(dropped[e] - 3000) < 200);
+    // Ops claim counters from a multiple of 4.
+    Generator g(1);
+    g.advance(5);
+    CHECK(g.advance_aligned(10) == 8);
+    CHECK(g.offset() == 18);
+}

@@ -99,7 +99,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
     if (!training || p == 0.0) return x;
     Generator& gen = default_generator();
     std::uint64_t seed = gen.seed();
-    std::uint64_t offset = gen.advance(static_cast<std::uint64_t>(x.numel()));
+    std::uint64_t offset = gen.advance_aligned(static_cast<std::uint64_t>(x.numel()));
     float pf = static_cast<float>(p);
     Tensor y = dropout_apply(x, pf, seed, offset);
     return record("dropout", {x}, y, [pf, seed, offset](const Tensor& g) -> std::vector<Tensor> {

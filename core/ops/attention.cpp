@@ -140,7 +140,7 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training) {
     if (a.p > 0.0f) {
         Generator& gen = default_generator();
         a.seed = gen.seed();
-        a.offset = gen.advance(static_cast<std::uint64_t>(a.rows() * t));
+        a.offset = gen.advance_aligned(static_cast<std::uint64_t>(a.rows() * t));
     }
     Tensor out = Tensor::empty({b, h, t, d}, qkv.dtype(), qkv.device());
     Tensor lse = Tensor::empty({a.rows()}, qkv.dtype(), qkv.device());
