@@ -36,7 +36,9 @@ def main():
     rows = []
     fg = os.path.join(out, "fusegrad", "metrics.jsonl")
     if os.path.exists(fg):
-        rows.append(("fusegrad fp32 (TF32 matmuls)", summarise_metrics(fg)))
+        config = open(os.path.join(out, "fusegrad", "config.yaml")).read()
+        tf32 = any(line.split("#")[0].split() == ["tf32:", "true"] for line in config.splitlines())
+        rows.append(("fusegrad fp32" + (" (TF32 matmuls)" if tf32 else ""), summarise_metrics(fg)))
     for d in sorted(glob.glob(os.path.join(out, "torch_*", ""))):
         path = os.path.join(d, "summary.json")
         summary = json.load(open(path)) if os.path.exists(path) else {}
