@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
-# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|norm|sanitize|parity|shakespeare|seeds|all]...
+# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|all]...
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad, then the PyTorch baseline
 #   (bench/train_torch.py, fp32 eager with TF32 unless TORCH_MODES says e.g. "fp32 bf16:compile"),
 #   for SHAKESPEARE_STEPS steps (default: the config's 5000), and a comparison table.
@@ -22,6 +22,10 @@ for step in $what; do
             ;;&
         bench|all)
             build-gpu/bench/bench_core --json "$out/bench_core.json" > "$out/bench_core.log" 2>&1 || status=1
+            ;;&
+        attention)
+            build-gpu/bench/bench_attention --json "$out/bench_attention.json" 2>&1 \
+                | tee "$out/bench_attention.log" | sed -n '/^group/,$p' || status=1
             ;;&
         norm|all)
             build-gpu/bench/bench_norm --json "$out/bench_norm.json" > "$out/bench_norm.log" 2>&1 || status=1
