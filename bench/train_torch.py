@@ -21,33 +21,10 @@ import sys
 import time
 
 import torch
+import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parity"))
 from nanogpt_ref import GPT, GPTConfig, adamw, cosine_lr  # noqa: E402
-
-
-def read_config(path):
-    """fusegrad's YAML configs are two levels of `key: value  # comment`; read that shape."""
-    cfg, section = {}, None
-    for raw in open(path):
-        line = raw.split(" #")[0].rstrip() if not raw.lstrip().startswith("#") else ""
-        if not line.strip():
-            continue
-        key, _, value = line.strip().partition(":")
-        value = value.strip().strip('"')
-        if not line.startswith(" "):
-            section = cfg.setdefault(key, {})
-        else:
-            for convert in (int, float):
-                try:
-                    value = convert(value)
-                    break
-                except ValueError:
-                    pass
-            if value in ("true", "false"):
-                value = value == "true"
-            section[key] = value
-    return cfg
 
 
 def main():
@@ -61,7 +38,8 @@ def main():
     ap.add_argument("--eval-iters", type=int, default=None)
     ap.add_argument("--seed", type=int, default=None, help="instead of the config's train.seed")
     args = ap.parse_args()
-    c = read_config(args.config)
+    with open(args.config) as f:
+        c = yaml.safe_load(f)
     m, o, t = c["model"], c["optim"], c["train"]
     if args.seed is not None:
         t["seed"] = args.seed

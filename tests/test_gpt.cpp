@@ -15,12 +15,7 @@ using Catch::Matchers::Contains;
 namespace {
 
 GPTConfig tiny(bool bias, bool rmsnorm) {
-    GPTConfig c;
-    c.vocab_size = 11;
-    c.block_size = 8;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 8;
+    GPTConfig c = test::small_gpt(11, 8, 2, 2, 8);
     c.bias = bias;
     c.rmsnorm = rmsnorm;
     return c;

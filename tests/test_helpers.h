@@ -2,6 +2,7 @@
 //   random_f64 / random_f32:  fresh normal inputs from a per-test generator (never zeros)
 //   check_gradients:          float64 central finite differences against autograd
 //   max_abs_diff / rel_error: comparisons of results as double vectors
+//   small_gpt:                a GPTConfig of a given size (the rest left at its defaults)
 // Every test binary turns on poisoning of new tensors (NaN bytes), so an element an op forgot to
 // write shows up as NaN.
 #pragma once
@@ -15,8 +16,20 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "models/gpt.h"
 
 namespace fg::test {
+
+inline GPTConfig small_gpt(std::int64_t vocab, std::int64_t block, std::int64_t n_layer,
+                           std::int64_t n_head, std::int64_t n_embd) {
+    GPTConfig c;
+    c.vocab_size = vocab;
+    c.block_size = block;
+    c.n_layer = n_layer;
+    c.n_head = n_head;
+    c.n_embd = n_embd;
+    return c;
+}
 
 inline Generator& test_generator() {
     static Generator gen(12345);

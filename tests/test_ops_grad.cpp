@@ -253,6 +253,8 @@ TEST_CASE("causal_attention rejects bad input", "[ops][errors]") {
                         Contains("[causal_attention] qkv must be (3, B, H, T, D), got (2, 1, 1, 4, 4)"));
     REQUIRE_THROWS_WITH(causal_attention(random_f64({3, 1, 1, 4, 4}), 1.0),
                         Contains("dropout p must be in [0, 1), got 1"));
+    REQUIRE_THROWS_WITH(causal_attention(random_f64({3, 1, 1, 0, 4}), 0.0),
+                        Contains("[causal_attention] qkv needs T >= 1 and D >= 1, got (3, 1, 1, 0, 4)"));
     REQUIRE_THROWS_WITH(causal_attention(Tensor::zeros({3, 1, 1, 4, 4}, DType::i32), 0.0),
                         Contains("[causal_attention] CPU tensors must be f32 or f64, got i32"));
 }

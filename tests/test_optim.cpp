@@ -100,12 +100,7 @@ TEST_CASE("warmup then cosine decay, as nanoGPT", "[optim]") {
 }
 
 TEST_CASE("a tiny GPT overfits one batch on the CPU", "[optim][gpt]") {
-    GPTConfig c;
-    c.vocab_size = 13;
-    c.block_size = 16;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 32;
+    GPTConfig c = test::small_gpt(13, 16, 2, 2, 32);
     Generator gen(7);
     GPT model(c, gen);
     Tensor ids = randint({4, 16}, 13, Device::cpu, &gen);

@@ -54,12 +54,7 @@ TEST_CASE("safetensors round trip, every dtype, metadata, atomic write", "[check
 }
 
 TEST_CASE("a GPT state dict saves under nanoGPT's names and shapes", "[checkpoint][gpt]") {
-    GPTConfig c;
-    c.vocab_size = 13;
-    c.block_size = 8;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 16;
+    GPTConfig c = test::small_gpt(13, 8, 2, 2, 16);
     Generator gen(1);
     GPT model(c, gen);
     std::vector<std::pair<std::string, Tensor>> tensors;

@@ -41,12 +41,7 @@ TEST_CASE("fused AdamW on CUDA equals the CPU step bit for bit", "[gpu][train]")
 TEST_CASE("the GPT on CUDA matches the float64 CPU model", "[gpu][train]") {
     REQUIRE(cuda_is_available());
     for (bool rms : {false, true}) {
-        GPTConfig c;
-        c.vocab_size = 37;
-        c.block_size = 33;
-        c.n_layer = 2;
-        c.n_head = 4;
-        c.n_embd = 64;
+        GPTConfig c = test::small_gpt(37, 33, 2, 4, 64);
         c.rmsnorm = rms;
         Generator g1(9), g2(9);
         GPT ref(c, g1);

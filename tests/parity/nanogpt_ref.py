@@ -53,8 +53,8 @@ class GPTConfig:
     eps: float = 1e-5
 
 
-class LayerNorm(nn.Module):
-    """LayerNorm whose bias can be switched off (nanoGPT's bias=False)."""
+class _Norm(nn.Module):
+    """A weight of ones and, unless bias is off (nanoGPT's bias=False), a bias of zeros."""
 
     def __init__(self, n, bias, eps):
         super().__init__()
@@ -62,18 +62,14 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n)) if bias else None
         self.eps = eps
 
+
+class LayerNorm(_Norm):
     def forward(self, x):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(_Norm):
     """y = x / sqrt(mean(x^2) + eps) * weight (+ bias)."""
-
-    def __init__(self, n, bias, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(n))
-        self.bias = nn.Parameter(torch.zeros(n)) if bias else None
-        self.eps = eps
 
     def forward(self, x):
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
