@@ -30,6 +30,12 @@ TEST_CASE("factories fill every element", "[tensor]") {
     REQUIRE(z.size(-1) == 5);
     REQUIRE(Tensor::zeros({0, 4}).numel() == 0);
     REQUIRE(Tensor::zeros({}).numel() == 1);
+    // An empty tensor casts to an empty tensor of every dtype.
+    for (DType t : {DType::f64, DType::f32, DType::i32, DType::bf16, DType::f16}) {
+        Tensor e = Tensor::zeros({0, 4}).to(t);
+        REQUIRE(e.dtype() == t);
+        REQUIRE(e.shape() == Shape{0, 4});
+    }
 }
 
 TEST_CASE("empty tensors are poisoned in tests", "[tensor]") {

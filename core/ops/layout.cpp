@@ -94,6 +94,7 @@ Tensor cast_raw(const Tensor& x, DType dtype) {
                                   out.raw_data(), static_cast<kernels::ScalarType>(dtype), n);
         return out;
     }
+    if (n == 0) return out;  // nothing to convert (and memcpy must not see the empty buffers)
     // On the host: through to_vector's conversions (float for bf16/f16, exact otherwise).
     if (dtype == DType::f64 || dtype == DType::f32 || dtype == DType::i32) {
         Tensor src = x;
