@@ -8,7 +8,7 @@
 // Bytes counted (KERNELS.md): forward 2 M N s, backward 3 M N s, s the element size; weights,
 // statistics and partial rows are overhead the kernel has to hide. LayerNorm has weight and bias,
 // RMSNorm a weight; weights f32.
-// Usage: bench_norm [--json PATH] [--quick]
+// Usage: bench_norm [--json PATH] [--quick] [--sweep]   (--sweep: % of copy under several tunings)
 #include <cstring>
 
 #include "bench_common.h"
@@ -133,11 +133,15 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 // --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
 void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& shapes) {
     struct Knobs {
-        int threads_per_sm, fwd_elems, bwd_elems;
+        int threads_per_sm, fwd_elems, bwd_elems, prefetch;
     };
-    std::vector<Knobs> knobs{{1024, 32, 16}, {2048, 32, 16}, {1024, 16, 8}, {2048, 16, 8}};
-    std::printf("\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems\n%-22s", "case");
-    for (const Knobs& k : knobs) std::printf("  fwd/bwd %d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems);
+    const int a = kernels::NormTuning::kAuto;
+    std::vector<Knobs> knobs{{2048, 32, a, a}, {2048, 32, 16, 1}, {2048, 32, 16, 0},
+                             {2048, 32, 4, 1}, {2048, 32, 4, 0},  {1024, 32, a, a}};
+    std::printf("\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto)\n%-22s",
+                "case");
+    for (const Knobs& k : knobs)
+        std::printf("  fwd/bwd %d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems, k.prefetch);
     std::printf("\n");
     for (DType dt : {DType::bf16, DType::f32}) {
         for (NormKind kind : {NormKind::layer, NormKind::rms}) {
@@ -149,9 +153,10 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
                     t.grid_threads_per_sm = k.threads_per_sm;
                     t.forward_elems = k.fwd_elems;
                     t.backward_elems = k.bwd_elems;
+                    t.prefetch_distance = k.prefetch;
                     kernels::set_norm_tuning(t);
                     std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt, s, false);
-                    std::printf("     %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
+                    std::printf("       %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
                 }
                 std::printf("\n");
                 std::fflush(stdout);

@@ -74,9 +74,18 @@ struct NormBackwardArgs {
 // Tuning knobs, for benchmarks that sweep them (bench_norm --sweep); the defaults are the
 // measured best (docs/norms.md).
 struct NormTuning {
-    int grid_threads_per_sm = 1024;  // resident threads per SM the persistent grid (b) aims for
-    int forward_elems = 32;          // elements of x a forward thread holds in registers
-    int backward_elems = 16;         // ... a backward thread (it also holds dy, w, dw, db sums)
+    // The persistent grid of backward (b) gets as many blocks per SM as fit at once, but at most
+    // this many threads per SM.
+    int grid_threads_per_sm = 2048;
+    int forward_elems = 32;  // elements of x a forward thread holds in registers
+    // ... a backward thread (it also holds dy and two sums per element). kAuto: one 16-byte vector
+    // when the row is at most 256 vectors (1024 f32 / 2048 bf16 values), else 16.
+    int backward_elems = kAuto;
+    // Rows prefetched into L2 ahead of use (0: none). Backward (b): the row group a persistent
+    // block handles this many iterations later. Forward: the group this many waves of blocks on.
+    // kAuto: 1 where that measured faster on an H200, else 0 (norm_forward.cu, norm_backward.cu).
+    int prefetch_distance = kAuto;
+    static constexpr int kAuto = -1;
 };
 void set_norm_tuning(const NormTuning& t);
 NormTuning norm_tuning();

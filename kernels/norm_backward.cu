@@ -118,9 +118,26 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
     }
 }
 
+// The rows a block will handle `prefetch` iterations ahead, brought into L2 while it works.
+template <typename T, typename W>
+__device__ __forceinline__ void prefetch_backward(const BackwardParams<T, W>& p, long long rg,
+                                                  int rpb) {
+    prefetch_row_group(p.x, rg, rpb, p.rows, p.cols);
+    prefetch_row_group(p.dy, rg, rpb, p.rows, p.cols);
+    prefetch_row_group(p.dh, rg, rpb, p.rows, p.cols);
+}
+
+// A thread holding one 16-byte vector (its x and dy as stored, two fp32 sums per element) fits in
+// 64 registers without spilling, so 1024-thread blocks work (rows of 4096 f32 / 8192 bf16
+// values); a larger share gets 512-thread blocks.
+template <int VEC, int ITEMS>
+constexpr int backward_max_threads() {
+    return ITEMS == 1 ? 1024 : 512;
+}
+
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool LOCKED>
-__global__ void __launch_bounds__(512, 1)
-    norm_backward_kernel(BackwardParams<T, W> p, int tpr) {
+__global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
+    norm_backward_kernel(BackwardParams<T, W> p, int tpr, int prefetch) {
     extern __shared__ float group_sums[];  // rows_per_block x cols, when several rows per block
     __shared__ float scratch[64];
     __shared__ int first_flag;
@@ -128,18 +145,12 @@ __global__ void __launch_bounds__(512, 1)
     const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     const float inv_n = 1.0f / (float)p.cols;
 
-    float w[ITEMS][VEC];  // this thread's columns of w' (fixed for every row it handles)
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        long long col = ((long long)i * tpr + lane) * VEC;
+    // w' is read again (from L1) for each row and phase rather than held: registers go to the
+    // row and the column sums.
+    auto weight = [&](long long col, float (&w)[VEC]) {
         float unused[VEC];
-        if (col < p.cols) {
-            load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w[i], unused);
-        } else {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) w[i][k] = 0.0f;
-        }
-    }
+        load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
+    };
     float acc_w[ITEMS][VEC], acc_b[ITEMS][VEC];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i)
@@ -147,33 +158,35 @@ __global__ void __launch_bounds__(512, 1)
         for (int k = 0; k < VEC; ++k) acc_w[i][k] = acc_b[i][k] = 0.0f;
 
     const long long groups = (p.rows + rpb - 1) / rpb;
+    for (int d = 1; d < prefetch; ++d) prefetch_backward(p, blockIdx.x + (long long)d * gridDim.x, rpb);
     for (long long rg = blockIdx.x; rg < groups; rg += gridDim.x) {
+        if (prefetch > 0) prefetch_backward(p, rg + (long long)prefetch * gridDim.x, rpb);
         const long long row = rg * rpb + group;
         const bool active = row < p.rows;
         const long long base = row * p.cols;
         const float mu = (LAYER && active) ? p.mean[row] : 0.0f;
         const float rs = active ? p.rstd[row] : 0.0f;
-        float xh[ITEMS][VEC], g[ITEMS][VEC];
+        // x and dy stay in their storage type (a bf16 vector of 8: 4 registers); x_hat and g are
+        // formed again where needed.
+        Pack<T, VEC> xs[ITEMS], dys[ITEMS];
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             long long col = ((long long)i * tpr + lane) * VEC;
             if (active && col < p.cols) {
-                float xv[VEC], dyv[VEC];
-                load_vec<T, VEC>(p.x + base + col, xv);
-                load_vec<T, VEC>(p.dy + base + col, dyv);
+                xs[i] = *reinterpret_cast<const Pack<T, VEC>*>(p.x + base + col);
+                dys[i] = *reinterpret_cast<const Pack<T, VEC>*>(p.dy + base + col);
+                float w[VEC];
+                weight(col, w);
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
-                    xh[i][k] = (xv[k] - mu) * rs;
-                    g[i][k] = w[i][k] * dyv[k];
-                    s1 += xh[i][k] * g[i][k];
-                    s2 += g[i][k];
-                    acc_w[i][k] += dyv[k] * xh[i][k];
-                    acc_b[i][k] += dyv[k];
+                    float dyv = to_float(dys[i].v[k]), xh = (to_float(xs[i].v[k]) - mu) * rs;
+                    float g = w[k] * dyv;
+                    s1 += xh * g;
+                    s2 += g;
+                    acc_w[i][k] += dyv * xh;
+                    acc_b[i][k] += dyv;
                 }
-            } else {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) xh[i][k] = g[i][k] = 0.0f;
             }
         }
         float c1, c2 = 0.0f;
@@ -188,9 +201,13 @@ __global__ void __launch_bounds__(512, 1)
         for (int i = 0; i < ITEMS; ++i) {
             long long col = ((long long)i * tpr + lane) * VEC;
             if (!active || col >= p.cols) continue;
-            float out[VEC];
+            float out[VEC], w[VEC];
+            weight(col, w);
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) out[k] = (g[i][k] - xh[i][k] * c1 - c2) * rs;
+            for (int k = 0; k < VEC; ++k) {
+                float xh = (to_float(xs[i].v[k]) - mu) * rs, g = w[k] * to_float(dys[i].v[k]);
+                out[k] = (g - xh * c1 - c2) * rs;
+            }
             if (p.dh) {
                 float d[VEC];
                 load_vec<T, VEC>(p.dh + base + col, d);
@@ -218,12 +235,15 @@ __global__ void __launch_bounds__(512, 1)
 // Long rows: one block per row, streamed in two passes (sums, then dx). The block's partial row
 // is updated element by element in pass 2 (grid: a row it owns alone; locked: under the lock).
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
-__global__ void __launch_bounds__(512, 1) norm_backward_looped_kernel(BackwardParams<T, W> p) {
+__global__ void __launch_bounds__(512, 1)
+    norm_backward_looped_kernel(BackwardParams<T, W> p, int prefetch) {
     __shared__ float scratch[64];
     __shared__ int first_flag;
     const long long step = (long long)blockDim.x * VEC;
     const float inv_n = 1.0f / (float)p.cols;
+    for (int d = 1; d < prefetch; ++d) prefetch_backward(p, blockIdx.x + (long long)d * gridDim.x, 1);
     for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        if (prefetch > 0) prefetch_backward(p, row + (long long)prefetch * gridDim.x, 1);
         const long long base = row * p.cols;
         const float mu = LAYER ? p.mean[row] : 0.0f;
         const float rs = p.rstd[row];
@@ -289,7 +309,9 @@ __global__ void __launch_bounds__(512, 1) norm_backward_looped_kernel(BackwardPa
 }
 
 // Column-parallel sum of R partial rows: block (32, 32) covers 32 columns, thread row ty adds
-// rows ty, ty + 32, ...; the 32 sums are then added in order. blockIdx.y: 0 for dw, 1 for db.
+// rows ty, ty + 32, ... (four at a time, into four running sums, so four loads are in flight);
+// the 32 sums are then added in order. blockIdx.y: 0 for dw, 1 for db. A fixed order throughout:
+// the same R gives the same bits.
 template <typename W>
 __global__ void norm_partials_sum_kernel(const float* partial_dw, const float* partial_db, int R,
                                          long long cols, W* dw, W* db, bool accumulate) {
@@ -299,8 +321,15 @@ __global__ void norm_partials_sum_kernel(const float* partial_dw, const float* p
     if (out == nullptr) return;
     long long c = blockIdx.x * 32LL + threadIdx.x;
     float s = 0.0f;
-    if (c < cols)
-        for (int r = threadIdx.y; r < R; r += 32) s += part[(long long)r * cols + c];
+    if (c < cols) {
+        float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int r = threadIdx.y;
+        for (; r + 96 < R; r += 128)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) s4[k] += part[(long long)(r + 32 * k) * cols + c];
+        for (; r < R; r += 32) s4[0] += part[(long long)r * cols + c];
+        s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    }
     tile[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < cols) {
@@ -317,8 +346,8 @@ struct BackwardPlan {
     RowLayout layout;
     bool vector_ok = false;
     NormReduction reduction = NormReduction::grid;
-    long long blocks = 0;      // grid size of the main kernel
-    int partial_rows = 0;      // R: P (grid) or G (locked)
+    long long blocks = 0;      // grid size of the main kernel (grid: at most; see launch_backward)
+    int partial_rows = 0;      // R: G (locked), or the most P can be (grid)
     std::size_t smem = 0;      // dynamic shared memory of the main kernel
     bool partials = false;     // dw or db wanted
 };
@@ -337,19 +366,27 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
     for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx})
         plan.vector_ok = plan.vector_ok && aligned_to(ptr, 16);
     plan.vector_ok = plan.vector_ok && aligned_to(a.weight, wb * vec);
-    plan.layout = row_layout(a.cols, eb, plan.vector_ok,
-                             std::min(kBackwardElems, norm_tuning().backward_elems));
     plan.reduction = a.reduction == NormReduction::automatic
                          ? norm_pick_reduction(a.rows, a.cols, a.x_type)
                          : a.reduction;
+    // Measured (docs/norms.md): for (b), short rows go fastest at one vector a thread; (a) takes
+    // a lock per block, so it keeps the larger share (fewer blocks queueing on the locks).
+    int elems = norm_tuning().backward_elems;
+    if (elems == NormTuning::kAuto) {
+        long long nvec = plan.vector_ok ? a.cols / vec : a.cols;
+        bool short_row = nvec <= 256 && plan.reduction == NormReduction::grid;
+        elems = short_row ? (plan.vector_ok ? vec : 1) : kBackwardElems;
+    }
+    plan.layout = row_layout(a.cols, eb, plan.vector_ok, std::min(kBackwardElems, elems), 16, 1);
     plan.partials = a.dweight != nullptr || a.dbias != nullptr;
     const RowLayout& l = plan.layout;
     long long groups = l.looped ? a.rows : (a.rows + l.rows_per_block() - 1) / l.rows_per_block();
     if (plan.reduction == NormReduction::locked) {
         plan.blocks = groups;
         plan.partial_rows = (int)std::min<long long>(lock_rows_for(a.cols), std::max(1LL, groups));
-    } else {
-        long long per_sm = std::max(1, norm_tuning().grid_threads_per_sm / l.threads);
+    } else {  // the launch sizes P from occupancy; the workspace is sized for the most it can be
+        int threads_per_sm = std::min(norm_tuning().grid_threads_per_sm, device_info().max_threads_per_sm);
+        long long per_sm = std::max(1, threads_per_sm / l.threads);
         plan.blocks = std::min<long long>(groups, per_sm * device_info().sm_count);
         plan.partial_rows = (int)std::max(1LL, plan.blocks);
     }
@@ -358,20 +395,39 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
     return plan;
 }
 
+// Iterations ahead to prefetch. Measured on an H200 (bench_norm --sweep): one iteration ahead
+// gives the register kernel +4 to +10 points of copy bandwidth at N = 1024 to 8192, except bf16
+// rows of one vector a thread (-5 to -7); the looped kernel loses 1 to 7 points.
+int backward_prefetch(const RowLayout& l, int elem_bytes) {
+    int d = norm_tuning().prefetch_distance;
+    if (d != NormTuning::kAuto) return d;
+    return l.looped || (elem_bytes == 2 && l.items == 1) ? 0 : 1;
+}
+
+// Launches the main kernel; returns its number of blocks. Locked: one per row group. Grid (b):
+// as many as fit on the device at once (occupancy, capped by plan.blocks), the P partial rows.
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
-void launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
+unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
     const RowLayout& l = plan.layout;
+    const int prefetch = backward_prefetch(l, (int)sizeof(T));
     unsigned blocks = (unsigned)std::max(1LL, plan.blocks);
+    auto size_grid = [&](const void* kernel) {
+        if (!LOCKED) blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks);
+    };
     if (l.looped) {
-        norm_backward_looped_kernel<T, W, VEC, LAYER, LOCKED><<<blocks, l.threads, 0, stream()>>>(p);
+        auto kernel = norm_backward_looped_kernel<T, W, VEC, LAYER, LOCKED>;
+        size_grid((const void*)kernel);
+        kernel<<<blocks, l.threads, 0, stream()>>>(p, prefetch);
     } else {
         // Only the configurations row_layout can choose (at most kBackwardElems elements per
         // thread) are instantiated: the larger ones would not fit in registers.
         auto launch = [&](auto items_tag) {
             constexpr int kItems = decltype(items_tag)::value;
-            if constexpr (kItems * VEC <= kBackwardElems)
-                norm_backward_kernel<T, W, VEC, kItems, LAYER, LOCKED>
-                    <<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr);
+            if constexpr (kItems * VEC <= kBackwardElems) {
+                auto kernel = norm_backward_kernel<T, W, VEC, kItems, LAYER, LOCKED>;
+                size_grid((const void*)kernel);
+                kernel<<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr, prefetch);
+            }
         };
         switch (l.items) {
             case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -381,12 +437,17 @@ void launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
         }
     }
     FG_LAUNCH_CHECK();
+    return blocks;
 }
 
+// Returns the number of partial rows the main kernel wrote.
 template <typename T, typename W, int VEC, bool LAYER>
-void launch_backward_strategy(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
-    if (plan.reduction == NormReduction::locked) launch_backward<T, W, VEC, LAYER, true>(p, plan);
-    else launch_backward<T, W, VEC, LAYER, false>(p, plan);
+int launch_backward_strategy(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
+    if (plan.reduction == NormReduction::locked) {
+        launch_backward<T, W, VEC, LAYER, true>(p, plan);
+        return plan.partial_rows;
+    }
+    return (int)launch_backward<T, W, VEC, LAYER, false>(p, plan);
 }
 
 template <typename T, typename W>
@@ -418,17 +479,18 @@ void backward_typed(const NormBackwardArgs& a) {
     }
     constexpr int kVec = 16 / sizeof(T);
     bool layer = a.kind == NormKind::layer;
+    int written_rows;
     if (plan.vector_ok) {
-        if (layer) launch_backward_strategy<T, W, kVec, true>(p, plan);
-        else launch_backward_strategy<T, W, kVec, false>(p, plan);
+        written_rows = layer ? launch_backward_strategy<T, W, kVec, true>(p, plan)
+                             : launch_backward_strategy<T, W, kVec, false>(p, plan);
     } else {
-        if (layer) launch_backward_strategy<T, W, 1, true>(p, plan);
-        else launch_backward_strategy<T, W, 1, false>(p, plan);
+        written_rows = layer ? launch_backward_strategy<T, W, 1, true>(p, plan)
+                             : launch_backward_strategy<T, W, 1, false>(p, plan);
     }
     if (plan.partials) {
         dim3 grid((unsigned)((a.cols + 31) / 32), 2);
         norm_partials_sum_kernel<W><<<grid, dim3(32, 32), 0, stream()>>>(
-            p.partial_dw, p.partial_db, plan.partial_rows, a.cols, static_cast<W*>(a.dweight),
+            p.partial_dw, p.partial_db, written_rows, a.cols, static_cast<W*>(a.dweight),
             static_cast<W*>(a.dbias), a.accumulate);
         FG_LAUNCH_CHECK();
     }

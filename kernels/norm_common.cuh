@@ -2,7 +2,7 @@
 // float <-> storage conversions, 16-byte vector packs, the launch geometry of a row, and sums over
 // the threads that hold one row.
 //
-// Geometry. A row of N values is held by `tpr` threads (a power of two, 4 to 512). Thread `lane`
+// Geometry. A row of N values is held by `tpr` threads (a power of two, 4 to 1024). Thread `lane`
 // of a row holds ITEMS vectors of VEC elements: vector i covers columns (i * tpr + lane) * VEC ..
 // + VEC - 1, so neighbouring lanes read neighbouring 16 bytes (coalesced). With tpr <= 32 several
 // rows share a block (rows_per_block = threads / tpr); with tpr > 32 a block holds one row.
@@ -13,9 +13,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "norm.h"
+#include "runtime.h"
 
 namespace fg::kernels::norm_detail {
 
@@ -116,6 +118,41 @@ __device__ __forceinline__ float2 group_sum2(float2 v, int tpr, float* scratch) 
     return s;
 }
 
+// Asks the memory system to start bringing bytes [p, p + bytes) into L2 and returns at once: a
+// hint that reads nothing into registers and makes no one wait, so a persistent block can have its
+// next rows on the way while it works on this one. The range is shrunk inward to 16-byte
+// boundaries (the bulk prefetch's unit); its 16 KiB chunks are shared out over the `n` calling
+// threads, `i` being this one. Before Hopper: one 128-byte line per prefetch instruction.
+__device__ __forceinline__ void prefetch_l2(const void* p, long long bytes, int i, int n) {
+    std::uintptr_t lo = (reinterpret_cast<std::uintptr_t>(p) + 15) & ~std::uintptr_t(15);
+    std::uintptr_t hi = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~std::uintptr_t(15);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr std::uintptr_t kChunk = 16384;
+    for (std::uintptr_t c = lo + i * kChunk; c < hi; c += n * kChunk) {
+        unsigned size = (unsigned)(hi - c < kChunk ? hi - c : kChunk);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                         __cvta_generic_to_global(reinterpret_cast<const void*>(c))),
+                     "r"(size));
+    }
+#else
+    for (std::uintptr_t c = lo + i * 128; c < hi; c += n * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(
+            __cvta_generic_to_global(reinterpret_cast<const void*>(c))));
+#endif
+}
+
+// Prefetches row group `rg` (rows rg * rpb .. rg * rpb + rpb - 1, clipped to `rows`) of a
+// rows x cols tensor into L2, shared over the block's threads. Nothing when `t` is null or the
+// group lies past the end.
+template <typename T>
+__device__ __forceinline__ void prefetch_row_group(const T* t, long long rg, int rpb,
+                                                   long long rows, long long cols) {
+    const long long first = rg * rpb;
+    if (t == nullptr || first >= rows) return;
+    const long long count = (rows - first < rpb ? rows - first : rpb);
+    prefetch_l2(t + first * cols, count * cols * (long long)sizeof(T), threadIdx.x, blockDim.x);
+}
+
 // Host side: how a row of `cols` elements is laid over threads.
 struct RowLayout {
     int vec = 1;       // elements per vector (16 bytes when sizes and alignment allow)
@@ -126,32 +163,54 @@ struct RowLayout {
     int rows_per_block() const { return threads / tpr; }
 };
 
-// max_elems: register budget per thread (elements of x held at once).
-inline RowLayout row_layout(long long cols, int elem_bytes, bool vector_ok, int max_elems) {
+// max_elems: register budget per thread (elements of x held at once). Rows take at most 512
+// threads; when 512 threads cannot hold the row, 1024 if that brings a thread's share down to at
+// most wide_items vectors and wide_bytes bytes (the kernels instantiated for so small a share are
+// built for 1024 threads; 1024-thread blocks measured slower where 512 suffice).
+inline RowLayout row_layout(long long cols, int elem_bytes, bool vector_ok, int max_elems,
+                            int wide_bytes, int wide_items) {
     RowLayout l;
     l.vec = vector_ok ? 16 / elem_bytes : 1;
     long long nvec = (cols + l.vec - 1) / l.vec;
     int max_items = max_elems / l.vec < 1 ? 1 : max_elems / l.vec;
     if (max_items > 8) max_items = 8;
+    auto pow2_items = [&](int tpr) {
+        long long items = (nvec + tpr - 1) / tpr;
+        int it = 1;
+        while (it < items) it *= 2;
+        return it;
+    };
     // Aim for about 4 vectors per thread (enough loads in flight, few idle lanes), then widen the
     // row to more threads while a thread would have to hold more than its register budget.
+    auto too_long = [&](int tpr) { return (nvec + tpr - 1) / tpr > max_items; };
     long long want = (nvec + 3) / 4;
     int tpr = 4;
     while (tpr < want && tpr < 512) tpr *= 2;
-    while ((nvec + tpr - 1) / tpr > max_items && tpr < 512) tpr *= 2;
-    long long items = (nvec + tpr - 1) / tpr;
-    if (items > max_items) {  // too long for registers even at 512 threads: stream it
+    while (too_long(tpr) && tpr < 512) tpr *= 2;
+    const int wide = pow2_items(1024);  // 1024 threads, when 512 are too few and the share fits
+    if (too_long(tpr) && !too_long(1024) && wide <= wide_items &&
+        wide * l.vec * elem_bytes <= wide_bytes)
+        tpr = 1024;
+    if (too_long(tpr)) {  // too long for registers: stream it
         l.looped = true;
         l.tpr = l.threads = 512;
         l.items = 1;
         return l;
     }
-    int it = 1;
-    while (it < items) it *= 2;
-    l.items = it;
+    const int items = pow2_items(tpr);
+    l.items = items;
     l.tpr = tpr;
     l.threads = tpr >= 128 ? tpr : 128;
     return l;
+}
+
+// Blocks of a persistent grid: as many as fit on the device at once (at most the tuning's threads
+// per SM), never more than there are row groups.
+inline unsigned persistent_blocks(const void* kernel, int threads, std::size_t smem,
+                                  long long groups) {
+    int per_sm = std::min(resident_blocks_per_sm(kernel, threads, smem),
+                          std::max(1, norm_tuning().grid_threads_per_sm / threads));
+    return (unsigned)std::max(1LL, std::min(groups, (long long)per_sm * device_info().sm_count));
 }
 
 inline bool aligned_to(const void* p, int bytes) {

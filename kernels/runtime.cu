@@ -45,10 +45,17 @@ const DeviceInfo& device_info() {
         d.name = prop.name;
         d.sm_count = prop.multiProcessorCount;
         d.l2_bytes = prop.l2CacheSize;
+        d.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
         d.total_bytes = prop.totalGlobalMem;
         return d;
     }();
     return info;
+}
+
+int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem) {
+    int blocks = 0;
+    FG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+    return blocks > 0 ? blocks : 1;
 }
 
 cudaStream_t stream() {

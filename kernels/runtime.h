@@ -42,9 +42,15 @@ struct DeviceInfo {
     std::string name;
     int sm_count = 0;
     int l2_bytes = 0;
+    int max_threads_per_sm = 0;
     std::size_t total_bytes = 0;
 };
 const DeviceInfo& device_info();
+
+// How many blocks of `kernel` (a __global__ function) with `threads` threads and `smem` bytes of
+// dynamic shared memory fit on one SM at once (registers, shared memory and thread limits): what
+// a persistent grid is sized from. At least 1.
+int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem);
 
 // The stream every fusegrad kernel, copy and cuBLAS call is queued on. One stream means the
 // caching allocator can reuse a freed block at once: later work is ordered after earlier work.

@@ -172,12 +172,9 @@ double dx_scale(const Case& c, const Inputs& in) {
     return std::sqrt(total);
 }
 
-// The reference once, then both strategies on the GPU against it.
-void check_case(const Case& c) {
-    INFO(c.describe());
-    Inputs in = make_inputs(c);
-    Outputs ref = run(c, in, Device::cpu, DType::f64, DType::f64, NormReduction::automatic);
-    double tx = tol_for(c.x_type), tw = tol_for(c.w_type), sx = dx_scale(c, in);
+// Both strategies on the GPU against the reference `ref`.
+void check_strategies(const Case& c, const Inputs& in, const Outputs& ref) {
+    double tx = tol_for(c.x_type), tw = std::max(tol_for(c.w_type), 1e-4), sx = dx_scale(c, in);
     for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
         INFO("reduction " << kernels::norm_reduction_name(red));
         Outputs g = run(c, in, Device::cuda, c.x_type, c.w_type, red);
@@ -185,9 +182,16 @@ void check_case(const Case& c) {
         compare("h", g.h, ref.h, tx);
         compare("dx", g.dx, ref.dx, tx, sx);
         compare("dresidual", g.dr, ref.dr, tx, sx);
-        compare("dw", g.dw, ref.dw, std::max(tw, 1e-4));
-        compare("db", g.db, ref.db, std::max(tw, 1e-4));
+        compare("dw", g.dw, ref.dw, tw);
+        compare("db", g.db, ref.db, tw);
     }
+}
+
+// The reference once, then both strategies on the GPU against it.
+void check_case(const Case& c) {
+    INFO(c.describe());
+    Inputs in = make_inputs(c);
+    check_strategies(c, in, run(c, in, Device::cpu, DType::f64, DType::f64, NormReduction::automatic));
 }
 
 // Every (M, N) pair of the grid, each with two option sets; the option sets and eps cycle so that
@@ -265,6 +269,43 @@ TEST_CASE("strategy (b) is bitwise repeatable; (a) agrees within fp32 rounding",
             }
             INFO("largest (a) vs (b) difference over 30 runs: " << worst);
             CHECK(worst <= 2e-6);
+        }
+    }
+}
+
+TEST_CASE("every tuning the benchmark sweeps gives right results", "[gpu][norm]") {
+    // The tuning changes the launch (persistent grid size, elements per thread, 1024-thread rows,
+    // the looped path, how far ahead rows are prefetched), never the math. Rows per block > 1,
+    // one row per block, and the looped path; M large enough that each persistent block loops
+    // over several row groups.
+    REQUIRE(cuda_is_available());
+    std::vector<kernels::NormTuning> tunings;
+    for (int t : {0, 1, 2, 3}) {
+        kernels::NormTuning k;
+        k.prefetch_distance = t == 0 ? 0 : t == 1 ? 3 : 1;
+        k.grid_threads_per_sm = t == 3 ? 256 : 2048;
+        k.forward_elems = t == 2 ? 16 : t == 3 ? 4 : 32;
+        k.backward_elems = t == 2 ? 8 : t == 3 ? 4 : 16;
+        tunings.push_back(k);
+    }
+    struct Restore {  // the default tuning again, however this test ends
+        ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
+    } restore;
+    for (std::int64_t n : {7, 384, 4096, 16384}) {
+        std::int64_t m = std::min<std::int64_t>(2000, std::max<std::int64_t>(1, max_elems() / n / 4));
+        for (const Case& c : {Case{NormKind::layer, DType::bf16, DType::f32, true, true, true, false,
+                                   1e-5, m, n},
+                              Case{NormKind::rms, DType::f32, DType::f32, true, false, false, true,
+                                   1e-6, m, n}}) {
+            INFO(c.describe());
+            Inputs in = make_inputs(c);
+            Outputs ref = run(c, in, Device::cpu, DType::f64, DType::f64, NormReduction::automatic);
+            for (const kernels::NormTuning& t : tunings) {
+                INFO("tuning: threads/SM " << t.grid_threads_per_sm << ", elems " << t.forward_elems
+                     << " / " << t.backward_elems << ", prefetch " << t.prefetch_distance);
+                kernels::set_norm_tuning(t);
+                check_strategies(c, in, ref);
+            }
         }
     }
 }
