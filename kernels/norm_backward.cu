@@ -4,8 +4,9 @@
 // dw and db are sums over rows; every kernel here first sums its own rows in fp32 registers, then
 // hands its sums to one of two cross-row reductions:
 //
-//  (b) grid (default): P persistent blocks (P from the SM count, not from M). Block p takes row
-//      groups p, p + P, p + 2P, ... and, at the end, writes its sums as partial row p. A second,
+//  (b) grid (default): P persistent blocks (as many as fit on the device at once, not from M).
+//      Block p takes row groups p, p + P, p + 2P, ... (prefetching the next one into L2 while it
+//      works on this one) and, at the end, writes its sums as partial row p. A second,
 //      column-parallel kernel adds the P partial rows. Every run adds in the same order: the
 //      result is bitwise deterministic.
 //  (a) locked: one block per row group; block b adds its sums into partial row b mod G while
@@ -28,7 +29,7 @@ namespace {
 
 using namespace norm_detail;
 
-constexpr int kBackwardElems = 16;  // the most a tuning may ask: x, dy, w, two sums per element
+constexpr int kBackwardElems = 16;  // the most a tuning may ask: x, dy, two sums per element
 
 template <typename T, typename W>
 struct BackwardParams {
@@ -396,12 +397,13 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
 }
 
 // Iterations ahead to prefetch. Measured on an H200 (bench_norm --sweep): one iteration ahead
-// gives the register kernel +4 to +10 points of copy bandwidth at N = 1024 to 8192, except bf16
-// rows of one vector a thread (-5 to -7); the looped kernel loses 1 to 7 points.
-int backward_prefetch(const RowLayout& l, int elem_bytes) {
+// gives the register kernel with several vectors a thread +4 to +8 points of copy bandwidth at
+// N = 1024 to 8192; with one vector a thread (many small blocks) it costs 2 to 7 points, and the
+// looped kernel loses 1 to 7.
+int backward_prefetch(const RowLayout& l) {
     int d = norm_tuning().prefetch_distance;
     if (d != NormTuning::kAuto) return d;
-    return l.looped || (elem_bytes == 2 && l.items == 1) ? 0 : 1;
+    return l.looped || l.items == 1 ? 0 : 1;
 }
 
 // Launches the main kernel; returns its number of blocks. Locked: one per row group. Grid (b):
@@ -409,7 +411,7 @@ int backward_prefetch(const RowLayout& l, int elem_bytes) {
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
 unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
     const RowLayout& l = plan.layout;
-    const int prefetch = backward_prefetch(l, (int)sizeof(T));
+    const int prefetch = backward_prefetch(l);
     unsigned blocks = (unsigned)std::max(1LL, plan.blocks);
     auto size_grid = [&](const void* kernel) {
         if (!LOCKED) blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks);
