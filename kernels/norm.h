@@ -78,8 +78,8 @@ struct NormTuning {
     // this many threads per SM.
     int grid_threads_per_sm = 2048;
     int forward_elems = 32;  // elements of x a forward thread holds in registers
-    // ... a backward thread (it also holds dy and two sums per element). kAuto: one 16-byte vector
-    // when the row is at most 256 vectors (1024 f32 / 2048 bf16 values), else 16.
+    // ... a backward thread (it also holds dy and two sums per element). kAuto: for (b), one
+    // 16-byte vector when the row is at most 256 vectors (1024 f32 / 2048 bf16 values); else 16.
     int backward_elems = kAuto;
     // Rows prefetched into L2 ahead of use (0: none). Backward (b): the row group a persistent
     // block handles this many iterations later. Forward: the group this many waves of blocks on.
