@@ -24,7 +24,7 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
 
 }  // namespace
 
-TEST_CASE("an empty config is all defaults; values override them", "[config]") {
+TEST_CASE("an empty config is all defaults, and values override them", "[config]") {
     Config d = parse_config("", "empty.yaml");
     REQUIRE(d.model.n_layer == Config{}.model.n_layer);
     Config c = parse_config(

@@ -238,7 +238,7 @@ TEST_CASE("every option combination on small shapes", "[gpu][norm]") {
                     }
 }
 
-TEST_CASE("strategy (b) is bitwise repeatable; (a) agrees within fp32 rounding", "[gpu][norm]") {
+TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 rounding", "[gpu][norm]") {
     REQUIRE(cuda_is_available());
     struct Shape2 {
         std::int64_t m, n;
@@ -328,7 +328,7 @@ TEST_CASE("misaligned inputs take the scalar path and stay right", "[gpu][norm]"
     }
 }
 
-TEST_CASE("zero rows are a no-op; no grad means no statistics", "[gpu][norm]") {
+TEST_CASE("zero rows are a no-op, and no grad means no statistics", "[gpu][norm]") {
     REQUIRE(cuda_is_available());
     Tensor x = Tensor::zeros({0, 64}, DType::f32, Device::cuda).set_requires_grad(true);
     Tensor w = Tensor::ones({64}, DType::f32, Device::cuda).set_requires_grad(true);
