@@ -133,15 +133,17 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 // --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
 void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& shapes) {
     struct Knobs {
-        int threads_per_sm, fwd_elems, bwd_elems, prefetch;
+        int threads_per_sm, fwd_elems, bwd_elems, prefetch, stage_kib;
     };
     const int a = kernels::NormTuning::kAuto;
-    std::vector<Knobs> knobs{{2048, 32, a, a}, {2048, 32, 16, 1}, {2048, 32, 16, 0},
-                             {2048, 32, 4, 1}, {2048, 32, 4, 0},  {1024, 32, a, a}};
-    std::printf("\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto)\n%-22s",
+    std::vector<Knobs> knobs{{2048, 32, a, a, 32}, {2048, 32, a, a, 0},   {2048, 32, a, a, 16},
+                             {2048, 32, a, a, 48}, {2048, 32, a, a, 64}, {2048, 32, 16, a, 32}};
+    std::printf("\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto), "
+                "stage KiB (0: registers)\n%-22s",
                 "case");
     for (const Knobs& k : knobs)
-        std::printf("  fwd/bwd %d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems, k.prefetch);
+        std::printf("  f/b %d,%d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems, k.prefetch,
+                    k.stage_kib);
     std::printf("\n");
     for (DType dt : {DType::bf16, DType::f32}) {
         for (NormKind kind : {NormKind::layer, NormKind::rms}) {
@@ -154,6 +156,7 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
                     t.forward_elems = k.fwd_elems;
                     t.backward_elems = k.bwd_elems;
                     t.prefetch_distance = k.prefetch;
+                    t.stage_bytes = k.stage_kib * 1024;
                     kernels::set_norm_tuning(t);
                     std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt, s, false);
                     std::printf("       %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);

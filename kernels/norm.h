@@ -80,11 +80,15 @@ struct NormTuning {
     int forward_elems = 32;  // elements of x a forward thread holds in registers
     // ... a backward thread (it also holds dy and two sums per element). kAuto: for (b), one
     // 16-byte vector when the row is at most 256 vectors (1024 f32 / 2048 bf16 values); else 16.
+    // Staged rows (below): kAuto is 32, and at most 4 vectors.
     int backward_elems = kAuto;
     // Rows prefetched into L2 ahead of use (0: none). Backward (b): the row group a persistent
     // block handles this many iterations later. Forward: the group this many waves of blocks on.
     // kAuto: 1 where that measured faster on an H200, else 0 (norm_forward.cu, norm_backward.cu).
     int prefetch_distance = kAuto;
+    // Hopper and later: backward (b) stages row groups of about this many bytes in shared memory
+    // with bulk copies, where two groups fit (norm_common.cuh); 0: never, use the register kernels.
+    int stage_bytes = 32 * 1024;
     static constexpr int kAuto = -1;
 };
 void set_norm_tuning(const NormTuning& t);

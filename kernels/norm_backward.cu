@@ -5,10 +5,12 @@
 // hands its sums to one of two cross-row reductions:
 //
 //  (b) grid (default): P persistent blocks (as many as fit on the device at once, not from M).
-//      Block p takes row groups p, p + P, p + 2P, ... (prefetching the next one into L2 while it
-//      works on this one) and, at the end, writes its sums as partial row p. A second,
-//      column-parallel kernel adds the P partial rows. Every run adds in the same order: the
-//      result is bitwise deterministic.
+//      Block p takes row groups p, p + P, p + 2P, ... and, at the end, writes its sums as
+//      partial row p. A second, column-parallel kernel adds the P partial rows. Every run adds
+//      in the same order: the result is bitwise deterministic. On Hopper, where two row groups
+//      fit in shared memory, norm_backward_staged_kernel has the copy engine bring groups into
+//      shared memory several groups ahead (one block per SM); elsewhere norm_backward_kernel
+//      holds its rows in registers and prefetches the next group into L2.
 //  (a) locked: one block per row group; block b adds its sums into partial row b mod G while
 //      holding spin lock b mod G (the first writer stores, later ones add). Then the same
 //      column kernel adds the G rows. The order in which blocks take a lock varies, so the last
@@ -233,6 +235,155 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     if (LOCKED) release_partial_row(p.locks, p.written, gi);
 }
 
+// Strategy (b) with the rows staged in shared memory (Hopper; see norm_common.cuh): the same
+// per-row math as norm_backward_kernel, but x, dy (and dh) of each row group arrive by bulk copy
+// into one of `stages` buffers, up to `stages` groups ahead, and are read from there in both
+// passes. A thread holds only its columns' sums of dy * x_hat and dy. The statistics of the next
+// group are loaded while this one is worked on. Stage s of a block, for `streams` tensors:
+//     [ x: rpb rows | dy: rpb rows | dh: rpb rows ]   (rows of cols values, as in global memory)
+template <typename T, typename W, int VEC, int ITEMS, bool LAYER>
+__global__ void __launch_bounds__(512, 1)
+    norm_backward_staged_kernel(BackwardParams<T, W> p, int tpr, int stages) {
+#ifdef FG_NORM_STAGED
+    extern __shared__ __align__(128) unsigned char stage_smem[];
+    __shared__ std::uint64_t full[kMaxStages];
+    __shared__ float scratch[64];
+    using V = Pack<T, VEC>;
+    const int rpb = blockDim.x / tpr;
+    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const float inv_n = 1.0f / (float)p.cols;
+    const int streams = p.dh ? 3 : 2;
+    const long long group_elems = (long long)rpb * p.cols;  // per tensor and stage
+    auto staged = [&](int s, int tensor) {
+        return reinterpret_cast<T*>(stage_smem) + (long long)(s * streams + tensor) * group_elems;
+    };
+    const long long groups = (p.rows + rpb - 1) / rpb;
+    auto fill = [&](int s, long long rg) {  // thread 0: row group rg -> stage s
+        const long long first = rg * rpb;
+        const long long offset = first * p.cols;
+        const unsigned bytes =
+            (unsigned)(std::min<long long>(rpb, p.rows - first) * p.cols * (long long)sizeof(T));
+        stage_expect(&full[s], bytes * streams);
+        stage_copy(staged(s, 0), p.x + offset, bytes, &full[s]);
+        stage_copy(staged(s, 1), p.dy + offset, bytes, &full[s]);
+        if (p.dh) stage_copy(staged(s, 2), p.dh + offset, bytes, &full[s]);
+    };
+    if (threadIdx.x == 0) {
+        stage_barriers_init(full, stages);
+        for (int s = 0; s < stages && blockIdx.x + (long long)s * gridDim.x < groups; ++s)
+            fill(s, blockIdx.x + (long long)s * gridDim.x);
+    }
+    __syncthreads();
+
+    auto weight = [&](long long col, float (&w)[VEC]) {
+        float unused[VEC];
+        load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
+    };
+    auto statistics = [&](long long rg, float& mu, float& rs) {
+        const long long row = rg * rpb + group;
+        mu = (LAYER && row < p.rows) ? p.mean[row] : 0.0f;
+        rs = row < p.rows ? p.rstd[row] : 0.0f;
+    };
+    float acc_w[ITEMS][VEC], acc_b[ITEMS][VEC];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc_w[i][k] = acc_b[i][k] = 0.0f;
+    // With at most 16 columns a thread, x_hat and g from the first pass stay in registers for
+    // the second (no second conversion, no second weight read); with more, they would spill.
+    constexpr bool kHold = ITEMS * VEC <= 16;
+    float held_xh[kHold ? ITEMS : 1][VEC], held_g[kHold ? ITEMS : 1][VEC];
+
+    float mu_next, rs_next;
+    statistics(blockIdx.x, mu_next, rs_next);
+    int it = 0;
+    for (long long rg = blockIdx.x; rg < groups; rg += gridDim.x, ++it) {
+        const int s = it % stages;
+        const float mu = mu_next, rs = rs_next;
+        statistics(rg + gridDim.x, mu_next, rs_next);  // on its way while this group is worked on
+        const long long row = rg * rpb + group;
+        const bool active = row < p.rows;
+        const long long base = row * p.cols;
+        const V* xs = reinterpret_cast<const V*>(staged(s, 0) + (long long)group * p.cols);
+        const V* dys = reinterpret_cast<const V*>(staged(s, 1) + (long long)group * p.cols);
+        const V* dhs = reinterpret_cast<const V*>(staged(s, 2) + (long long)group * p.cols);
+        stage_wait(&full[s], (unsigned)(it / stages) & 1u);
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int v = i * tpr + lane;
+            const long long col = (long long)v * VEC;
+            if (active && col < p.cols) {
+                const V xv = xs[v], dyv = dys[v];
+                float w[VEC];
+                weight(col, w);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    float d = to_float(dyv.v[k]), xh = (to_float(xv.v[k]) - mu) * rs;
+                    float g = w[k] * d;
+                    s1 += xh * g;
+                    s2 += g;
+                    acc_w[i][k] += d * xh;
+                    acc_b[i][k] += d;
+                    if constexpr (kHold) {
+                        held_xh[i][k] = xh;
+                        held_g[i][k] = g;
+                    }
+                }
+            }
+        }
+        float c1, c2 = 0.0f;
+        if (LAYER) {
+            float2 sum = group_sum2(make_float2(s1, s2), tpr, scratch);
+            c1 = sum.x * inv_n;
+            c2 = sum.y * inv_n;
+        } else {
+            c1 = group_sum(s1, tpr, scratch) * inv_n;
+        }
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int v = i * tpr + lane;
+            const long long col = (long long)v * VEC;
+            if (!active || col >= p.cols) continue;
+            float out[VEC];
+            if constexpr (kHold) {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k)
+                    out[k] = (held_g[i][k] - held_xh[i][k] * c1 - c2) * rs;
+            } else {  // formed again from the stage
+                const V xv = xs[v], dyv = dys[v];
+                float w[VEC];
+                weight(col, w);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    float xh = (to_float(xv.v[k]) - mu) * rs, g = w[k] * to_float(dyv.v[k]);
+                    out[k] = (g - xh * c1 - c2) * rs;
+                }
+            }
+            if (p.dh) {
+                const V dhv = dhs[v];
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) out[k] += to_float(dhv.v[k]);
+            }
+            store_vec<T, VEC>(p.dx + base + col, out);
+        }
+        __syncthreads();  // every thread is done with stage s: refill it
+        const long long refill = rg + (long long)stages * gridDim.x;
+        if (threadIdx.x == 0 && refill < groups) fill(s, refill);
+    }
+    if (!p.want_dw && !p.want_db) return;
+    // Every fill has been waited for: the stage buffers are free for the row groups' sums.
+    float* group_sums = reinterpret_cast<float*>(stage_smem);
+    float* row_dw = p.partial_dw + (long long)blockIdx.x * p.cols;
+    float* row_db = p.partial_db + (long long)blockIdx.x * p.cols;
+    if (p.want_dw) write_partial_row<ITEMS, VEC, false>(acc_w, row_dw, p.cols, tpr, group_sums, true);
+    if (p.want_db) write_partial_row<ITEMS, VEC, false>(acc_b, row_db, p.cols, tpr, group_sums, true);
+#else
+    (void)p, (void)tpr, (void)stages;
+    __trap();  // the host launches this only where the device code has it (staging_supported)
+#endif
+}
+
 // Long rows: one block per row, streamed in two passes (sums, then dx). The block's partial row
 // is updated element by element in pass 2 (grid: a row it owns alone; locked: under the lock).
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
@@ -351,7 +502,22 @@ struct BackwardPlan {
     int partial_rows = 0;      // R: G (locked), or the most P can be (grid)
     std::size_t smem = 0;      // dynamic shared memory of the main kernel
     bool partials = false;     // dw or db wanted
+    int stages = 0;            // > 0: the staged kernel (grid only), with this many stages
 };
+
+constexpr int kStagedElems = 32;  // columns a staged thread sums over (two fp32 sums each)
+
+// Whether the staged kernel can run: a Hopper-or-later device, and device code built for it (a
+// binary built only for sm_80 runs its sm_80 code, without bulk copies, on an H100 too).
+bool staging_supported() {
+    static const bool ok = [] {
+        if (device_info().compute_major < 9) return false;
+        cudaFuncAttributes attr{};
+        FG_CUDA_CHECK(cudaFuncGetAttributes(&attr, (const void*)norm_partials_sum_kernel<float>));
+        return attr.binaryVersion >= 90;
+    }();
+    return ok;
+}
 
 int lock_rows_for(long long cols) {
     return cols <= 1024 ? 256 : cols <= 4096 ? 128 : cols <= 8192 ? 96 : 64;
@@ -380,6 +546,21 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
     }
     plan.layout = row_layout(a.cols, eb, plan.vector_ok, std::min(kBackwardElems, elems), 16, 1);
     plan.partials = a.dweight != nullptr || a.dbias != nullptr;
+    const NormTuning tuning = norm_tuning();
+    if (plan.reduction == NormReduction::grid && plan.vector_ok && tuning.stage_bytes > 0 &&
+        staging_supported()) {
+        int staged_elems = tuning.backward_elems == NormTuning::kAuto
+                               ? kStagedElems
+                               : std::min(kStagedElems, tuning.backward_elems);
+        std::size_t budget = (std::size_t)device_info().smem_per_block_optin - 1024;  // static
+        StagedLayout sl = staged_layout(a.cols, eb, a.dh ? 3 : 2, staged_elems,
+                                        (std::size_t)tuning.stage_bytes, budget);
+        if (sl.stages > 0) {
+            plan.layout = sl.rows;
+            plan.stages = sl.stages;
+            plan.smem = sl.stages * sl.stage_bytes;
+        }
+    }
     const RowLayout& l = plan.layout;
     long long groups = l.looped ? a.rows : (a.rows + l.rows_per_block() - 1) / l.rows_per_block();
     if (plan.reduction == NormReduction::locked) {
@@ -391,7 +572,7 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
         plan.blocks = std::min<long long>(groups, per_sm * device_info().sm_count);
         plan.partial_rows = (int)std::max(1LL, plan.blocks);
     }
-    if (!l.looped && l.rows_per_block() > 1 && plan.partials)
+    if (plan.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
         plan.smem = sizeof(float) * (std::size_t)l.rows_per_block() * (std::size_t)a.cols;
     return plan;
 }
@@ -416,6 +597,27 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
     auto size_grid = [&](const void* kernel) {
         if (!LOCKED) blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks);
     };
+    if constexpr (!LOCKED && VEC > 1) {
+        if (plan.stages > 0) {
+            auto launch = [&](auto items_tag) {
+                constexpr int kItems = decltype(items_tag)::value;
+                if constexpr (kItems <= 4 && kItems * VEC <= kStagedElems) {
+                    auto kernel = norm_backward_staged_kernel<T, W, VEC, kItems, LAYER>;
+                    static std::size_t opted_in = 0;  // dynamic shared memory allowed so far
+                    if (plan.smem > opted_in) {
+                        FG_CUDA_CHECK(cudaFuncSetAttribute(
+                            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.smem));
+                        opted_in = plan.smem;
+                    }
+                    size_grid((const void*)kernel);
+                    kernel<<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr, plan.stages);
+                }
+            };
+            with_items(l.items, launch);
+            FG_LAUNCH_CHECK();
+            return blocks;
+        }
+    }
     if (l.looped) {
         auto kernel = norm_backward_looped_kernel<T, W, VEC, LAYER, LOCKED>;
         size_grid((const void*)kernel);
@@ -431,12 +633,7 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
                 kernel<<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr, prefetch);
             }
         };
-        switch (l.items) {
-            case 1: launch(std::integral_constant<int, 1>{}); break;
-            case 2: launch(std::integral_constant<int, 2>{}); break;
-            case 4: launch(std::integral_constant<int, 4>{}); break;
-            default: launch(std::integral_constant<int, 8>{}); break;
-        }
+        with_items(l.items, launch);
     }
     FG_LAUNCH_CHECK();
     return blocks;

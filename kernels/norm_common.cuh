@@ -13,8 +13,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cuda/ptx>
+
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "norm.h"
 #include "runtime.h"
@@ -153,6 +156,49 @@ __device__ __forceinline__ void prefetch_row_group(const T* t, long long rg, int
     prefetch_l2(t + first * cols, count * cols * (long long)sizeof(T), threadIdx.x, blockDim.x);
 }
 
+// Staging row groups in shared memory (Hopper, sm_90, and later). A persistent block keeps up to
+// kMaxStages row groups on their way at once: one thread asks the copy engine (TMA) for a group's
+// bytes with cp.async.bulk, one instruction per tensor, and records how many bytes to expect on
+// that stage's mbarrier; the other threads issue nothing. They wait on the barrier's phase, work
+// from shared memory, and once all of them are done the stage is refilled with a later group.
+// Memory is kept busy by the copy engine while the threads reduce and compute, which a block
+// holding its rows in registers cannot do (its loads stop at its first row sum).
+// Phases: a stage's barrier completes once per fill; the k-th fill of a stage is waited on with
+// parity k & 1. FG_NORM_STAGED marks the device passes that have these instructions.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FG_NORM_STAGED 1
+#endif
+constexpr int kMaxStages = 4;
+
+#ifdef FG_NORM_STAGED
+// Thread 0 only: barriers with one arrival per phase (the thread that issues the copies), made
+// visible to the copy engine before any copy signals them. Follow with __syncthreads().
+__device__ __forceinline__ void stage_barriers_init(std::uint64_t* bars, int n) {
+    for (int i = 0; i < n; ++i) cuda::ptx::mbarrier_init(&bars[i], 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+}
+
+// Thread 0 only: this stage's next phase completes once `bytes` have landed.
+__device__ __forceinline__ void stage_expect(std::uint64_t* bar, unsigned bytes) {
+    (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                               cuda::ptx::space_shared, bar, bytes);
+}
+
+// Thread 0 only: copy `bytes` (a multiple of 16, both ends 16-byte aligned) global -> shared;
+// the copy engine counts them off on `bar`.
+__device__ __forceinline__ void stage_copy(void* dst, const void* src, unsigned bytes,
+                                           std::uint64_t* bar) {
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, bytes, bar);
+}
+
+// Every thread: returns once the phase with this parity has completed (its bytes are visible).
+__device__ __forceinline__ void stage_wait(std::uint64_t* bar, unsigned parity) {
+    while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+    }
+}
+#endif
+
 // Host side: how a row of `cols` elements is laid over threads.
 struct RowLayout {
     int vec = 1;       // elements per vector (16 bytes when sizes and alignment allow)
@@ -202,6 +248,63 @@ inline RowLayout row_layout(long long cols, int elem_bytes, bool vector_ok, int 
     l.tpr = tpr;
     l.threads = tpr >= 128 ? tpr : 128;
     return l;
+}
+
+// Rows staged in shared memory (see above): threads hold no row, only what they accumulate, so
+// a thread can take more of the row. Rows of tpr threads, items vectors each, rows_per_block()
+// rows per stage; `streams` tensors per row (x, and dy / dh in the backward).
+struct StagedLayout {
+    RowLayout rows;
+    int stages = 0;              // 0: the row does not fit (use the register kernels)
+    std::size_t stage_bytes = 0;
+};
+
+inline long long pow2_ceil(long long v) {
+    long long p = 1;
+    while (p < v) p *= 2;
+    return p;
+}
+
+// Needs 16-byte vectors (cols * elem_bytes a multiple of 16, pointers aligned). Blocks of up to
+// 512 threads; a stage aims at `stage_target` bytes (whole rows), at least two stages must fit in
+// `smem_budget`, and a thread holds at most max_elems columns in at most 4 vectors (8 f32
+// vectors, 64 sums, spill).
+inline StagedLayout staged_layout(long long cols, int elem_bytes, int streams, int max_elems,
+                                  std::size_t stage_target, std::size_t smem_budget) {
+    StagedLayout s;
+    const int vec = 16 / elem_bytes;
+    const long long nvec = cols / vec;
+    const int max_items = std::max(1, std::min(4, max_elems / vec));
+    int tpr = 4;  // the fewest threads that can hold the row...
+    while (tpr < 512 && (nvec + tpr - 1) / tpr > max_items) tpr *= 2;
+    if ((nvec + tpr - 1) / tpr > max_items) return s;
+    // ... then more, while the stage could not hold enough rows to fill 512 threads.
+    const std::size_t row_bytes = (std::size_t)cols * elem_bytes * streams;
+    long long rows_fit = 1;
+    while ((std::size_t)(rows_fit * 2) * row_bytes <= stage_target) rows_fit *= 2;
+    long long wide = std::max<long long>(tpr, 512 / rows_fit);
+    tpr = (int)std::min<long long>(std::max<long long>(tpr, std::min(wide, pow2_ceil(nvec))), 512);
+    const int rpb = (int)std::min<long long>(512 / tpr, rows_fit);
+    s.rows.vec = vec;
+    s.rows.tpr = tpr;
+    s.rows.threads = tpr * rpb;
+    s.rows.items = (int)pow2_ceil((nvec + tpr - 1) / tpr);
+    s.stage_bytes = (std::size_t)rpb * row_bytes;
+    s.stages = (int)std::min<std::size_t>(kMaxStages, smem_budget / s.stage_bytes);
+    if (s.stages < 2) s.stages = 0;
+    return s;
+}
+
+// Calls f(std::integral_constant<int, items>{}) for a layout's items (1, 2, 4 or 8): the kernels
+// are templates on it, and each launcher instantiates only the counts it can be given.
+template <typename F>
+void with_items(int items, F&& f) {
+    switch (items) {
+        case 1: f(std::integral_constant<int, 1>{}); break;
+        case 2: f(std::integral_constant<int, 2>{}); break;
+        case 4: f(std::integral_constant<int, 4>{}); break;
+        default: f(std::integral_constant<int, 8>{}); break;
+    }
 }
 
 // Blocks of a persistent grid: as many as fit on the device at once (at most the tuning's threads

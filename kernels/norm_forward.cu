@@ -243,12 +243,7 @@ void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
                 kernel<<<blocks, l.threads, 0, stream()>>>(p, l.tpr, ahead((const void*)kernel));
             }
         };
-        switch (l.items) {
-            case 1: launch(std::integral_constant<int, 1>{}); break;
-            case 2: launch(std::integral_constant<int, 2>{}); break;
-            case 4: launch(std::integral_constant<int, 4>{}); break;
-            default: launch(std::integral_constant<int, 8>{}); break;
-        }
+        with_items(l.items, launch);
     }
     FG_LAUNCH_CHECK();
 }

@@ -46,6 +46,8 @@ const DeviceInfo& device_info() {
         d.sm_count = prop.multiProcessorCount;
         d.l2_bytes = prop.l2CacheSize;
         d.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+        d.compute_major = prop.major;
+        d.smem_per_block_optin = (int)prop.sharedMemPerBlockOptin;
         d.total_bytes = prop.totalGlobalMem;
         return d;
     }();

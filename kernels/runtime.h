@@ -43,6 +43,8 @@ struct DeviceInfo {
     int sm_count = 0;
     int l2_bytes = 0;
     int max_threads_per_sm = 0;
+    int compute_major = 0;          // compute capability, e.g. 9 for Hopper
+    int smem_per_block_optin = 0;   // the most dynamic + static shared memory a block may opt into
     std::size_t total_bytes = 0;
 };
 const DeviceInfo& device_info();

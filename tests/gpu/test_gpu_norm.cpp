@@ -275,7 +275,8 @@ TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 roundi
 
 TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
     // The tuning changes the launch (persistent grid size, elements per thread, 1024-thread rows,
-    // the looped path, how far ahead rows are prefetched), never the math. Rows per block > 1,
+    // the looped path, how far ahead rows are prefetched, rows staged in shared memory or held in
+    // registers, and how many per stage), never the math. Rows per block > 1,
     // one row per block, and the looped path; M large enough that each persistent block loops
     // over several row groups.
     REQUIRE(cuda_is_available());
@@ -286,6 +287,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.grid_threads_per_sm = t == 3 ? 256 : 2048;
         k.forward_elems = t == 2 ? 16 : t == 3 ? 4 : 32;
         k.backward_elems = t == 2 ? 8 : t == 3 ? 4 : 16;
+        k.stage_bytes = t == 0 ? 0 : t == 2 ? 8 * 1024 : t == 3 ? 16 * 1024 : k.stage_bytes;
         tunings.push_back(k);
     }
     struct Restore {  // the default tuning again, however this test ends
@@ -302,7 +304,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
             Outputs ref = run(c, in, Device::cpu, DType::f64, DType::f64, NormReduction::automatic);
             for (const kernels::NormTuning& t : tunings) {
                 INFO("tuning: threads/SM " << t.grid_threads_per_sm << ", elems " << t.forward_elems
-                     << " / " << t.backward_elems << ", prefetch " << t.prefetch_distance);
+                     << " / " << t.backward_elems << ", prefetch " << t.prefetch_distance
+                     << ", stage bytes " << t.stage_bytes);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
             }
