@@ -121,6 +121,22 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
     }
 }
 
+// The row's two means from each thread's partial sums over the tpr threads of its row:
+// c1 = mean(x_hat * g) from s1 and, for LayerNorm, c2 = mean(g) from s2 (RMSNorm: c2 = 0).
+// Contains barriers when tpr > 32 (group_sum): call from every thread of the block.
+template <bool LAYER>
+__device__ __forceinline__ void row_means(float s1, float s2, int tpr, float inv_n, float* scratch,
+                                          float& c1, float& c2) {
+    if (LAYER) {
+        float2 s = group_sum2(make_float2(s1, s2), tpr, scratch);
+        c1 = s.x * inv_n;
+        c2 = s.y * inv_n;
+    } else {
+        c1 = group_sum(s1, tpr, scratch) * inv_n;
+        c2 = 0.0f;
+    }
+}
+
 // The rows a block will handle `prefetch` iterations ahead, brought into L2 while it works.
 template <typename T, typename W>
 __device__ __forceinline__ void prefetch_backward(const BackwardParams<T, W>& p, long long rg,
@@ -192,14 +208,8 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
                 }
             }
         }
-        float c1, c2 = 0.0f;
-        if (LAYER) {
-            float2 s = group_sum2(make_float2(s1, s2), tpr, scratch);
-            c1 = s.x * inv_n;
-            c2 = s.y * inv_n;
-        } else {
-            c1 = group_sum(s1, tpr, scratch) * inv_n;
-        }
+        float c1, c2;
+        row_means<LAYER>(s1, s2, tpr, inv_n, scratch, c1, c2);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             long long col = ((long long)i * tpr + lane) * VEC;
@@ -332,14 +342,8 @@ __global__ void __launch_bounds__(512, 1)
                 }
             }
         }
-        float c1, c2 = 0.0f;
-        if (LAYER) {
-            float2 sum = group_sum2(make_float2(s1, s2), tpr, scratch);
-            c1 = sum.x * inv_n;
-            c2 = sum.y * inv_n;
-        } else {
-            c1 = group_sum(s1, tpr, scratch) * inv_n;
-        }
+        float c1, c2;
+        row_means<LAYER>(s1, s2, tpr, inv_n, scratch, c1, c2);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int v = i * tpr + lane;
@@ -412,14 +416,8 @@ __global__ void __launch_bounds__(512, 1)
                 s2 += g;
             }
         }
-        float c1, c2 = 0.0f;
-        if (LAYER) {
-            float2 s = group_sum2(make_float2(s1, s2), blockDim.x, scratch);
-            c1 = s.x * inv_n;
-            c2 = s.y * inv_n;
-        } else {
-            c1 = group_sum(s1, blockDim.x, scratch) * inv_n;
-        }
+        float c1, c2;
+        row_means<LAYER>(s1, s2, blockDim.x, inv_n, scratch, c1, c2);
         const bool partials = p.want_dw || p.want_db;
         int gi = (int)(row % p.lock_rows);
         bool first = row == blockIdx.x;  // grid: the first row this block handles
