@@ -8,7 +8,8 @@
 // Bytes counted (KERNELS.md): forward 2 M N s, backward 3 M N s, s the element size; weights,
 // statistics and partial rows are overhead the kernel has to hide. LayerNorm has weight and bias,
 // RMSNorm a weight; weights f32.
-// Usage: bench_norm [--json PATH] [--quick] [--sweep]   (--sweep: % of copy under several tunings)
+// Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]...
+//   --sweep: % of copy under several tunings; --shape: only these shapes (repeatable).
 #include <cstring>
 
 #include "bench_common.h"
@@ -28,7 +29,9 @@ struct NormShape {
     std::int64_t m, n;
 };
 
-kernels::ScalarType scalar(DType t) { return static_cast<kernels::ScalarType>(t); }
+kernels::ScalarType scalar(DType t) {
+    return static_cast<kernels::ScalarType>(t);
+}
 
 // The same math from unfused fusegrad ops (f32), x (M, N) -> y.
 Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -57,9 +60,12 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
     Tensor dy = randn({s.m, s.n}, Device::cuda).to(dt);
     Tensor w = randn({s.n}, Device::cuda, nullptr, 1.0f, 0.1f);
     Tensor b = randn({s.n}, Device::cuda, nullptr, 0.0f, 0.1f);
-    Tensor y = Tensor::empty({s.m, s.n}, dt, Device::cuda), dx = Tensor::empty({s.m, s.n}, dt, Device::cuda);
-    Tensor mean = Tensor::empty({s.m}, DType::f32, Device::cuda), rstd = Tensor::empty({s.m}, DType::f32, Device::cuda);
-    Tensor dw = Tensor::empty({s.n}, DType::f32, Device::cuda), db = Tensor::empty({s.n}, DType::f32, Device::cuda);
+    Tensor y = Tensor::empty({s.m, s.n}, dt, Device::cuda),
+           dx = Tensor::empty({s.m, s.n}, dt, Device::cuda);
+    Tensor mean = Tensor::empty({s.m}, DType::f32, Device::cuda),
+           rstd = Tensor::empty({s.m}, DType::f32, Device::cuda);
+    Tensor dw = Tensor::empty({s.n}, DType::f32, Device::cuda),
+           db = Tensor::empty({s.n}, DType::f32, Device::cuda);
     bool layer = kind == NormKind::layer;
     CudaBackend& cuda = cuda_backend("bench");
 
@@ -133,22 +139,26 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 // --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
 void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& shapes) {
     struct Knobs {
-        int threads_per_sm, fwd_elems, bwd_elems, prefetch, stage_kib;
+        int threads_per_sm, fwd_elems, bwd_elems, prefetch, stage_kib, split;
     };
     const int a = kernels::NormTuning::kAuto;
-    std::vector<Knobs> knobs{{2048, 32, a, a, 32}, {2048, 32, a, a, 0},   {2048, 32, a, a, 16},
-                             {2048, 32, a, a, 48}, {2048, 32, a, a, 64}, {2048, 32, 16, a, 32}};
-    std::printf("\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto), "
-                "stage KiB (0: registers)\n%-22s",
-                "case");
+    std::vector<Knobs> knobs{
+        {2048, 32, a, a, 32, a}, {2048, 32, a, a, 0, a},   {2048, 32, a, a, 16, a},
+        {2048, 32, a, a, 48, a}, {2048, 32, 16, a, 32, a}, {2048, 32, a, a, 32, 1},
+        {2048, 32, a, a, 32, 2}, {2048, 32, a, a, 32, 4},  {2048, 32, a, a, 32, 8}};
+    std::printf(
+        "\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto), "
+        "stage KiB (0: registers), split blocks (-1: auto, 1: never)\n%-22s",
+        "case");
     for (const Knobs& k : knobs)
-        std::printf("  f/b %d,%d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems, k.prefetch,
-                    k.stage_kib);
+        std::printf("  f/b %d,%d,%d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems,
+                    k.prefetch, k.stage_kib, k.split);
     std::printf("\n");
     for (DType dt : {DType::bf16, DType::f32}) {
         for (NormKind kind : {NormKind::layer, NormKind::rms}) {
             for (NormShape s : shapes) {
-                std::printf("%-4s %-9s %-8s", dtype_name(dt), kind == NormKind::rms ? "rms" : "layer",
+                std::printf("%-4s %-9s %-8s", dtype_name(dt),
+                            kind == NormKind::rms ? "rms" : "layer",
                             (std::to_string(s.m) + "x" + std::to_string(s.n)).c_str());
                 for (const Knobs& k : knobs) {
                     kernels::NormTuning t;
@@ -157,9 +167,10 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
                     t.backward_elems = k.bwd_elems;
                     t.prefetch_distance = k.prefetch;
                     t.stage_bytes = k.stage_kib * 1024;
+                    t.split_blocks = k.split;
                     kernels::set_norm_tuning(t);
                     std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt, s, false);
-                    std::printf("       %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
+                    std::printf("         %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
                 }
                 std::printf("\n");
                 std::fflush(stdout);
@@ -174,21 +185,32 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
 int main(int argc, char** argv) {
     std::string json = "bench_norm.json";
     bool quick = false, do_sweep = false;
+    std::vector<NormShape> only;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
         if (std::strcmp(argv[i], "--sweep") == 0) do_sweep = true;
+        if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+            long long m = 0, n = 0;
+            if (std::sscanf(argv[++i], "%lldx%lld", &m, &n) != 2 || m < 1 || n < 1) {
+                std::fprintf(stderr, "bench_norm: --shape wants MxN with M, N >= 1 (got '%s')\n",
+                             argv[i]);
+                return 2;
+            }
+            only.push_back({m, n});
+        }
     }
     try {
         const kernels::DeviceInfo& dev = kernels::device_info();
         std::printf("bench_norm on %s (%d SMs)\n", dev.name.c_str(), dev.sm_count);
         bench::Timer timer;
         double copy = bench::copy_bandwidth_gbs(timer, std::size_t(1) << 30);
-        std::vector<Row> rows{{"copy", "cudaMemcpy device to device", "1 GiB", 0.0, copy, "GB/s",
-                               1.0, "of copy"}};
+        std::vector<Row> rows{
+            {"copy", "cudaMemcpy device to device", "1 GiB", 0.0, copy, "GB/s", 1.0, "of copy"}};
         std::vector<NormShape> shapes{{16384, 384}, {32768, 1024}, {8192, 4096},
                                       {4096, 8192}, {2048, 16384}, {1024, 32768}};
         if (quick) shapes = {{16384, 384}, {4096, 8192}};
+        if (!only.empty()) shapes = only;
         if (do_sweep) {
             sweep(timer, copy, shapes);
             return 0;

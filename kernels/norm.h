@@ -89,6 +89,12 @@ struct NormTuning {
     // Hopper and later: backward (b) stages row groups of about this many bytes in shared memory
     // with bulk copies, where two groups fit (norm_common.cuh); 0: never, use the register kernels.
     int stage_bytes = 32 * 1024;
+    // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
+    // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
+    // of more than 16 KiB, into the fewest slices of at most 16 KiB (norm_backward.cu); 1: never
+    // (rows too long for two stages then go to the register or looped kernels); 2, 4, 8: that
+    // many blocks (or more, where the slices would not fit), for every staged row.
+    int split_blocks = kAuto;
     static constexpr int kAuto = -1;
 };
 void set_norm_tuning(const NormTuning& t);

@@ -20,8 +20,11 @@
 // read (bypassing L1: another SM wrote the row) and write; one thread marks the row written; then
 // every thread __threadfence (its stores visible), __syncthreads (all done), and one thread
 // releases the lock.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "norm_common.cuh"
 #include "runtime.h"
@@ -32,6 +35,9 @@ namespace {
 using namespace norm_detail;
 
 constexpr int kBackwardElems = 16;  // the most a tuning may ask: x, dy, two sums per element
+constexpr int kMaxSplit = 8;        // blocks a row may be split over (the portable cluster size)
+constexpr int kHeldElems =
+    16;  // staged: x_hat and g held between the passes up to this many columns
 
 template <typename T, typename W>
 struct BackwardParams {
@@ -103,8 +109,10 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
         for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
             float s = 0.0f;
             for (int r = 0; r < rpb; ++r) s += group_sums[r * cols + c];
-            if (LOCKED) locked_add(dst + c, s, first);
-            else dst[c] = s;
+            if (LOCKED)
+                locked_add(dst + c, s, first);
+            else
+                dst[c] = s;
         }
         return;
     }
@@ -121,20 +129,22 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
     }
 }
 
-// The row's two means from each thread's partial sums over the tpr threads of its row:
-// c1 = mean(x_hat * g) from s1 and, for LayerNorm, c2 = mean(g) from s2 (RMSNorm: c2 = 0).
-// Contains barriers when tpr > 32 (group_sum): call from every thread of the block.
+// The row's two sums from each thread's share over the tpr threads of its row: of x_hat * g
+// (s1) and, for LayerNorm, of g (s2; RMSNorm: 0). Contains barriers when tpr > 32 (group_sum):
+// call from every thread of the block.
+template <bool LAYER>
+__device__ __forceinline__ float2 row_sums(float s1, float s2, int tpr, float* scratch) {
+    if (LAYER) return group_sum2(make_float2(s1, s2), tpr, scratch);
+    return make_float2(group_sum(s1, tpr, scratch), 0.0f);
+}
+
+// The row's two means: c1 = mean(x_hat * g), c2 = mean(g) for LayerNorm (RMSNorm: 0).
 template <bool LAYER>
 __device__ __forceinline__ void row_means(float s1, float s2, int tpr, float inv_n, float* scratch,
                                           float& c1, float& c2) {
-    if (LAYER) {
-        float2 s = group_sum2(make_float2(s1, s2), tpr, scratch);
-        c1 = s.x * inv_n;
-        c2 = s.y * inv_n;
-    } else {
-        c1 = group_sum(s1, tpr, scratch) * inv_n;
-        c2 = 0.0f;
-    }
+    float2 s = row_sums<LAYER>(s1, s2, tpr, scratch);
+    c1 = s.x * inv_n;
+    c2 = s.y * inv_n;
 }
 
 // The rows a block will handle `prefetch` iterations ahead, brought into L2 while it works.
@@ -166,7 +176,7 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
 
     // w' is read again (from L1) for each row and phase rather than held: registers go to the
     // row and the column sums.
-    auto weight = [&](long long col, float (&w)[VEC]) {
+    auto weight = [&](long long col, float(&w)[VEC]) {
         float unused[VEC];
         load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
     };
@@ -177,7 +187,8 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
         for (int k = 0; k < VEC; ++k) acc_w[i][k] = acc_b[i][k] = 0.0f;
 
     const long long groups = (p.rows + rpb - 1) / rpb;
-    for (int d = 1; d < prefetch; ++d) prefetch_backward(p, blockIdx.x + (long long)d * gridDim.x, rpb);
+    for (int d = 1; d < prefetch; ++d)
+        prefetch_backward(p, blockIdx.x + (long long)d * gridDim.x, rpb);
     for (long long rg = blockIdx.x; rg < groups; rg += gridDim.x) {
         if (prefetch > 0) prefetch_backward(p, rg + (long long)prefetch * gridDim.x, rpb);
         const long long row = rg * rpb + group;
@@ -245,34 +256,81 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     if (LOCKED) release_partial_row(p.locks, p.written, gi);
 }
 
+#ifdef FG_NORM_STAGED
+// A row split over the blocks of a cluster: each block's two partial row sums -> the row's, added
+// in block-rank order by every block (so all of them get the same bits). Block r's thread 0 sends
+// its sums to slot r of every block of the cluster (itself included) with st.async, a remote
+// store that counts its 8 bytes off on the receiver's mbarrier; each block then waits for that
+// barrier's phase, as for a stage. No cluster-wide barrier (whose release would wait for this
+// thread's outstanding stores of dx) and no fence: a block moves on as soon as its own slots are
+// full. Slots and barriers come in two sets, used by alternate rows: a block can only send row
+// k + 2's sums once every block has sent row k + 1's, which each sends after reading row k's.
+__device__ __forceinline__ float2 cluster_row_sums(float2 mine, float2 (*slots)[kMaxSplit],
+                                                   std::uint64_t* full, int it) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned parts = cluster.num_blocks(), rank = cluster.block_rank();
+    const int set = it & 1;
+    if (threadIdx.x == 0) {
+        stage_expect(&full[set], parts * (unsigned)sizeof(float2));
+        const float sums[2] = {mine.x, mine.y};
+        for (unsigned r = 0; r < parts; ++r)
+            cuda::ptx::st_async(
+                reinterpret_cast<float*>(cluster.map_shared_rank(&slots[set][rank], r)), sums,
+                cluster.map_shared_rank(&full[set], r));
+    }
+    stage_wait(&full[set], (unsigned)(it >> 1) & 1u);
+    float2 total = make_float2(0.0f, 0.0f);
+    for (unsigned r = 0; r < parts; ++r) {
+        total.x += slots[set][r].x;
+        total.y += slots[set][r].y;
+    }
+    return total;
+}
+#endif
+
 // Strategy (b) with the rows staged in shared memory (Hopper; see norm_common.cuh): the same
 // per-row math as norm_backward_kernel, but x, dy (and dh) of each row group arrive by bulk copy
 // into one of `stages` buffers, up to `stages` groups ahead, and are read from there in both
 // passes. A thread holds only its columns' sums of dy * x_hat and dy. The statistics of the next
 // group are loaded while this one is worked on. Stage s of a block, for `streams` tensors:
 //     [ x: rpb rows | dy: rpb rows | dh: rpb rows ]   (rows of cols values, as in global memory)
-template <typename T, typename W, int VEC, int ITEMS, bool LAYER>
+// SPLIT: rows too long for two stages are shared by the `parts` blocks of a cluster (one row per
+// stage, rpb = 1). Block `part` stages and works on columns [part * cols, (part + 1) * cols) of
+// every row its cluster takes; the row sums are completed across the cluster (cluster_row_sums)
+// and each block writes its slice of the cluster's partial row. The persistent grid is then
+// one of clusters: cluster u takes rows u, u + U, u + 2U, ... and owns partial row u.
+template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool SPLIT>
 __global__ void __launch_bounds__(512, 1)
     norm_backward_staged_kernel(BackwardParams<T, W> p, int tpr, int stages) {
 #ifdef FG_NORM_STAGED
     extern __shared__ __align__(128) unsigned char stage_smem[];
     __shared__ std::uint64_t full[kMaxStages];
     __shared__ float scratch[64];
+    __shared__ float2 cluster_slots[2][kMaxSplit];  // SPLIT: each block's row sums (two sets)
+    __shared__ std::uint64_t cluster_full[2];       // SPLIT: a set of slots is full
     using V = Pack<T, VEC>;
     const int rpb = blockDim.x / tpr;
     const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     const float inv_n = 1.0f / (float)p.cols;
     const int streams = p.dh ? 3 : 2;
-    const long long group_elems = (long long)rpb * p.cols;  // per tensor and stage
+    int part = 0, parts = 1;  // this block's slice of each row, of `parts`
+    if constexpr (SPLIT) {
+        part = (int)cooperative_groups::this_cluster().block_rank();
+        parts = (int)cooperative_groups::this_cluster().num_blocks();
+    }
+    const long long unit = blockIdx.x / parts, units = gridDim.x / parts;  // of the persistent grid
+    const long long cols = p.cols / parts, c0 = (long long)part * cols;    // this block's columns
+    const long long group_elems = (long long)rpb * cols;                   // per tensor and stage
     auto staged = [&](int s, int tensor) {
         return reinterpret_cast<T*>(stage_smem) + (long long)(s * streams + tensor) * group_elems;
     };
     const long long groups = (p.rows + rpb - 1) / rpb;
     auto fill = [&](int s, long long rg) {  // thread 0: row group rg -> stage s
         const long long first = rg * rpb;
-        const long long offset = first * p.cols;
+        const long long offset = first * p.cols + c0;  // rpb rows are contiguous unless SPLIT
         const unsigned bytes =
-            (unsigned)(std::min<long long>(rpb, p.rows - first) * p.cols * (long long)sizeof(T));
+            (unsigned)(std::min<long long>(rpb, p.rows - first) * cols * (long long)sizeof(T));
         stage_expect(&full[s], bytes * streams);
         stage_copy(staged(s, 0), p.x + offset, bytes, &full[s]);
         stage_copy(staged(s, 1), p.dy + offset, bytes, &full[s]);
@@ -280,14 +338,19 @@ __global__ void __launch_bounds__(512, 1)
     };
     if (threadIdx.x == 0) {
         stage_barriers_init(full, stages);
-        for (int s = 0; s < stages && blockIdx.x + (long long)s * gridDim.x < groups; ++s)
-            fill(s, blockIdx.x + (long long)s * gridDim.x);
+        if (SPLIT) stage_barriers_init(cluster_full, 2);
+        for (int s = 0; s < stages && unit + (long long)s * units < groups; ++s)
+            fill(s, unit + (long long)s * units);
     }
-    __syncthreads();
+    // SPLIT: no block may send its row sums before every block's barriers are initialised.
+    if constexpr (SPLIT)
+        cooperative_groups::this_cluster().sync();
+    else
+        __syncthreads();
 
-    auto weight = [&](long long col, float (&w)[VEC]) {
+    auto weight = [&](long long col, float(&w)[VEC]) {
         float unused[VEC];
-        load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
+        load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, c0 + col, w, unused);
     };
     auto statistics = [&](long long rg, float& mu, float& rs) {
         const long long row = rg * rpb + group;
@@ -301,29 +364,30 @@ __global__ void __launch_bounds__(512, 1)
         for (int k = 0; k < VEC; ++k) acc_w[i][k] = acc_b[i][k] = 0.0f;
     // With at most 16 columns a thread, x_hat and g from the first pass stay in registers for
     // the second (no second conversion, no second weight read); with more, they would spill.
-    constexpr bool kHold = ITEMS * VEC <= 16;
+    // (Split bf16 / f16 rows: at most 8, or a 16-column thread runs out of its 128 registers.)
+    constexpr bool kHold = ITEMS * VEC <= (SPLIT && sizeof(T) == 2 ? 8 : kHeldElems);
     float held_xh[kHold ? ITEMS : 1][VEC], held_g[kHold ? ITEMS : 1][VEC];
 
     float mu_next, rs_next;
-    statistics(blockIdx.x, mu_next, rs_next);
+    statistics(unit, mu_next, rs_next);
     int it = 0;
-    for (long long rg = blockIdx.x; rg < groups; rg += gridDim.x, ++it) {
+    for (long long rg = unit; rg < groups; rg += units, ++it) {
         const int s = it % stages;
         const float mu = mu_next, rs = rs_next;
-        statistics(rg + gridDim.x, mu_next, rs_next);  // on its way while this group is worked on
+        statistics(rg + units, mu_next, rs_next);  // on its way while this group is worked on
         const long long row = rg * rpb + group;
         const bool active = row < p.rows;
-        const long long base = row * p.cols;
-        const V* xs = reinterpret_cast<const V*>(staged(s, 0) + (long long)group * p.cols);
-        const V* dys = reinterpret_cast<const V*>(staged(s, 1) + (long long)group * p.cols);
-        const V* dhs = reinterpret_cast<const V*>(staged(s, 2) + (long long)group * p.cols);
+        const long long base = row * p.cols + c0;
+        const V* xs = reinterpret_cast<const V*>(staged(s, 0) + (long long)group * cols);
+        const V* dys = reinterpret_cast<const V*>(staged(s, 1) + (long long)group * cols);
+        const V* dhs = reinterpret_cast<const V*>(staged(s, 2) + (long long)group * cols);
         stage_wait(&full[s], (unsigned)(it / stages) & 1u);
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int v = i * tpr + lane;
             const long long col = (long long)v * VEC;
-            if (active && col < p.cols) {
+            if (active && col < cols) {
                 const V xv = xs[v], dyv = dys[v];
                 float w[VEC];
                 weight(col, w);
@@ -342,13 +406,14 @@ __global__ void __launch_bounds__(512, 1)
                 }
             }
         }
-        float c1, c2;
-        row_means<LAYER>(s1, s2, tpr, inv_n, scratch, c1, c2);
+        float2 sums = row_sums<LAYER>(s1, s2, tpr, scratch);
+        if constexpr (SPLIT) sums = cluster_row_sums(sums, cluster_slots, cluster_full, it);
+        const float c1 = sums.x * inv_n, c2 = sums.y * inv_n;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int v = i * tpr + lane;
             const long long col = (long long)v * VEC;
-            if (!active || col >= p.cols) continue;
+            if (!active || col >= cols) continue;
             float out[VEC];
             if constexpr (kHold) {
 #pragma unroll
@@ -372,16 +437,18 @@ __global__ void __launch_bounds__(512, 1)
             store_vec<T, VEC>(p.dx + base + col, out);
         }
         __syncthreads();  // every thread is done with stage s: refill it
-        const long long refill = rg + (long long)stages * gridDim.x;
+        const long long refill = rg + (long long)stages * units;
         if (threadIdx.x == 0 && refill < groups) fill(s, refill);
     }
+    // (SPLIT: a block has received every block's sums of its last row before it gets here, so
+    // nothing can still be sent to its shared memory once it leaves.)
     if (!p.want_dw && !p.want_db) return;
     // Every fill has been waited for: the stage buffers are free for the row groups' sums.
     float* group_sums = reinterpret_cast<float*>(stage_smem);
-    float* row_dw = p.partial_dw + (long long)blockIdx.x * p.cols;
-    float* row_db = p.partial_db + (long long)blockIdx.x * p.cols;
-    if (p.want_dw) write_partial_row<ITEMS, VEC, false>(acc_w, row_dw, p.cols, tpr, group_sums, true);
-    if (p.want_db) write_partial_row<ITEMS, VEC, false>(acc_b, row_db, p.cols, tpr, group_sums, true);
+    float* row_dw = p.partial_dw + unit * p.cols + c0;
+    float* row_db = p.partial_db + unit * p.cols + c0;
+    if (p.want_dw) write_partial_row<ITEMS, VEC, false>(acc_w, row_dw, cols, tpr, group_sums, true);
+    if (p.want_db) write_partial_row<ITEMS, VEC, false>(acc_b, row_db, cols, tpr, group_sums, true);
 #else
     (void)p, (void)tpr, (void)stages;
     __trap();  // the host launches this only where the device code has it (staging_supported)
@@ -397,7 +464,8 @@ __global__ void __launch_bounds__(512, 1)
     __shared__ int first_flag;
     const long long step = (long long)blockDim.x * VEC;
     const float inv_n = 1.0f / (float)p.cols;
-    for (int d = 1; d < prefetch; ++d) prefetch_backward(p, blockIdx.x + (long long)d * gridDim.x, 1);
+    for (int d = 1; d < prefetch; ++d)
+        prefetch_backward(p, blockIdx.x + (long long)d * gridDim.x, 1);
     for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {
         if (prefetch > 0) prefetch_backward(p, row + (long long)prefetch * gridDim.x, 1);
         const long long base = row * p.cols;
@@ -431,7 +499,7 @@ __global__ void __launch_bounds__(512, 1)
             load_affine<W, VEC>(p.weight, (const W*)nullptr, p.zero_centered, col, w, unused);
             float d[VEC] = {};
             if (p.dh) load_vec<T, VEC>(p.dh + base + col, d);
-            float pw[VEC], pb[VEC];  // this block's partial dw, db for these columns
+            float pw[VEC], pb[VEC];   // this block's partial dw, db for these columns
             if (!LOCKED && !first) {  // grid: a row this block alone owns, vector loads
                 if (p.want_dw) load_vec<float, VEC>(row_dw + col, pw);
                 if (p.want_db) load_vec<float, VEC>(row_db + col, pb);
@@ -496,11 +564,12 @@ struct BackwardPlan {
     RowLayout layout;
     bool vector_ok = false;
     NormReduction reduction = NormReduction::grid;
-    long long blocks = 0;      // grid size of the main kernel (grid: at most; see launch_backward)
-    int partial_rows = 0;      // R: G (locked), or the most P can be (grid)
-    std::size_t smem = 0;      // dynamic shared memory of the main kernel
-    bool partials = false;     // dw or db wanted
-    int stages = 0;            // > 0: the staged kernel (grid only), with this many stages
+    long long blocks = 0;   // grid size of the main kernel (grid: at most; see launch_backward)
+    int partial_rows = 0;   // R: G (locked), or the most P can be (grid)
+    std::size_t smem = 0;   // dynamic shared memory of the main kernel
+    bool partials = false;  // dw or db wanted
+    int stages = 0;         // > 0: the staged kernel (grid only), with this many stages
+    int split = 1;          // > 1: rows split over clusters of this many staged blocks
 };
 
 constexpr int kStagedElems = 32;  // columns a staged thread sums over (two fp32 sums each)
@@ -517,11 +586,37 @@ bool staging_supported() {
     return ok;
 }
 
+// Blocks to split a staged row of `nvec` 16-byte vectors over, in order of preference (the plan
+// takes the first that divides the row and fits; none: the row is staged whole, or not at all).
+// kAuto: a row that a block stages whole holding at most 16 columns a thread (`whole_ok`) is not
+// split; longer rows go in the fewest slices of at most kSliceVectors vectors, else in more,
+// else in fewer. Measured on an H100 (bench_norm --sweep, docs/norms.md): f32 rows of 8192 run
+// best whole (83-86% of copy; split in two 74%); bf16 rows of 16384 (32 columns a thread) best
+// in two; once split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
+// A tuning's split_blocks p >= 2: p, 2p, ..., kMaxSplit, for any row; 1: never.
+constexpr long long kSliceVectors = 1024;
+std::vector<int> split_candidates(long long nvec, bool whole_ok, int split_blocks) {
+    std::vector<int> order;
+    if (split_blocks == 1) return order;
+    if (split_blocks != NormTuning::kAuto) {
+        for (int p = std::max(2, split_blocks); p <= kMaxSplit; p *= 2) order.push_back(p);
+        return order;
+    }
+    if (whole_ok || nvec <= kSliceVectors) return order;
+    int first = 2;
+    while (first < kMaxSplit && nvec > first * kSliceVectors) first *= 2;
+    for (int p = first; p <= kMaxSplit; p *= 2) order.push_back(p);
+    for (int p = first / 2; p >= 2; p /= 2) order.push_back(p);
+    return order;
+}
+
 int lock_rows_for(long long cols) {
     return cols <= 1024 ? 256 : cols <= 4096 ? 128 : cols <= 8192 ? 96 : 64;
 }
 
-std::size_t round256(std::size_t b) { return (b + 255) / 256 * 256; }
+std::size_t round256(std::size_t b) {
+    return (b + 255) / 256 * 256;
+}
 
 BackwardPlan plan_backward(const NormBackwardArgs& a) {
     BackwardPlan plan;
@@ -551,8 +646,21 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
                                ? kStagedElems
                                : std::min(kStagedElems, tuning.backward_elems);
         std::size_t budget = (std::size_t)device_info().smem_per_block_optin - 1024;  // static
-        StagedLayout sl = staged_layout(a.cols, eb, a.dh ? 3 : 2, staged_elems,
-                                        (std::size_t)tuning.stage_bytes, budget);
+        auto layout_for = [&](long long cols) {
+            return staged_layout(cols, eb, a.dh ? 3 : 2, staged_elems,
+                                 (std::size_t)tuning.stage_bytes, budget);
+        };
+        StagedLayout sl = layout_for(a.cols);
+        const bool whole_ok = sl.stages > 0 && sl.rows.items * vec <= kHeldElems;
+        for (int parts : split_candidates(a.cols / vec, whole_ok, tuning.split_blocks)) {
+            if (a.cols % ((long long)parts * vec) != 0) continue;  // 16-byte slices
+            StagedLayout slice = layout_for(a.cols / parts);
+            if (slice.stages > 0 && slice.rows.rows_per_block() == 1) {
+                sl = slice;
+                plan.split = parts;
+                break;
+            }
+        }
         if (sl.stages > 0) {
             plan.layout = sl.rows;
             plan.stages = sl.stages;
@@ -565,9 +673,11 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
         plan.blocks = groups;
         plan.partial_rows = (int)std::min<long long>(lock_rows_for(a.cols), std::max(1LL, groups));
     } else {  // the launch sizes P from occupancy; the workspace is sized for the most it can be
-        int threads_per_sm = std::min(norm_tuning().grid_threads_per_sm, device_info().max_threads_per_sm);
+        // (split rows: P counts clusters, each one partial row)
+        int threads_per_sm =
+            std::min(norm_tuning().grid_threads_per_sm, device_info().max_threads_per_sm);
         long long per_sm = std::max(1, threads_per_sm / l.threads);
-        plan.blocks = std::min<long long>(groups, per_sm * device_info().sm_count);
+        plan.blocks = std::min<long long>(groups, per_sm * device_info().sm_count / plan.split);
         plan.partial_rows = (int)std::max(1LL, plan.blocks);
     }
     if (plan.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
@@ -585,6 +695,53 @@ int backward_prefetch(const RowLayout& l) {
     return l.looped || l.items == 1 ? 0 : 1;
 }
 
+// Lets `kernel` use `bytes` of dynamic shared memory (more than 48 KiB with its static shared
+// memory needs an opt-in); asked once for each larger size.
+template <auto kernel>
+void allow_dynamic_smem(std::size_t bytes) {
+    static std::size_t allowed = 0;
+    if (bytes > allowed) {
+        FG_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        allowed = bytes;
+    }
+}
+
+// Launches the staged kernel for rows split over clusters of plan.split blocks; returns the
+// number of clusters, as many as fit on the device at once (capped by plan.blocks), each of which
+// writes one partial row.
+template <auto kernel, typename Params>
+unsigned launch_split(const Params& p, const BackwardPlan& plan) {
+    cudaLaunchConfig_t config{};
+    config.blockDim = dim3((unsigned)plan.layout.threads);
+    config.gridDim = dim3((unsigned)plan.split);
+    config.dynamicSmemBytes = plan.smem;
+    config.stream = stream();
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = (unsigned)plan.split;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    // The occupancy query costs more than the launch: remembered (per kernel) for smem and split.
+    static std::size_t known_smem = 0;
+    static int known_split = 0, known_clusters = 0;
+    if (known_smem != plan.smem || known_split != plan.split) {
+        FG_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&known_clusters, kernel, &config));
+        known_smem = plan.smem;
+        known_split = plan.split;
+    }
+    if (known_clusters < 1)
+        throw CudaError("[norm] backward: no cluster of " + std::to_string(plan.split) +
+                        " blocks with " + std::to_string(plan.smem) +
+                        " bytes of shared memory each fits on this device (set "
+                        "NormTuning::split_blocks = 1 to use the unsplit kernels)");
+    const unsigned clusters = (unsigned)std::min<long long>(known_clusters, plan.blocks);
+    config.gridDim = dim3(clusters * (unsigned)plan.split);
+    FG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, plan.layout.tpr, plan.stages));
+    return clusters;
+}
+
 // Launches the main kernel; returns its number of blocks. Locked: one per row group. Grid (b):
 // as many as fit on the device at once (occupancy, capped by plan.blocks), the P partial rows.
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
@@ -600,15 +757,18 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
             auto launch = [&](auto items_tag) {
                 constexpr int kItems = decltype(items_tag)::value;
                 if constexpr (kItems <= 4 && kItems * VEC <= kStagedElems) {
-                    auto kernel = norm_backward_staged_kernel<T, W, VEC, kItems, LAYER>;
-                    static std::size_t opted_in = 0;  // dynamic shared memory allowed so far
-                    if (plan.smem > opted_in) {
-                        FG_CUDA_CHECK(cudaFuncSetAttribute(
-                            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.smem));
-                        opted_in = plan.smem;
+                    if (plan.split > 1) {
+                        constexpr auto kernel =
+                            norm_backward_staged_kernel<T, W, VEC, kItems, LAYER, true>;
+                        allow_dynamic_smem<kernel>(plan.smem);
+                        blocks = launch_split<kernel>(p, plan);
+                    } else {
+                        constexpr auto kernel =
+                            norm_backward_staged_kernel<T, W, VEC, kItems, LAYER, false>;
+                        allow_dynamic_smem<kernel>(plan.smem);
+                        size_grid((const void*)kernel);
+                        kernel<<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr, plan.stages);
                     }
-                    size_grid((const void*)kernel);
-                    kernel<<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr, plan.stages);
                 }
             };
             with_items(l.items, launch);
@@ -695,8 +855,10 @@ void backward_typed(const NormBackwardArgs& a) {
 
 template <typename T>
 void backward_weight(const NormBackwardArgs& a) {
-    if (a.w_type == ScalarType::f32) backward_typed<T, float>(a);
-    else backward_typed<T, T>(a);
+    if (a.w_type == ScalarType::f32)
+        backward_typed<T, float>(a);
+    else
+        backward_typed<T, T>(a);
 }
 
 // dw / db of zero rows: zero (or unchanged when accumulating).
@@ -710,9 +872,12 @@ void zero_gradients(const NormBackwardArgs& a) {
 
 const char* norm_reduction_name(NormReduction r) {
     switch (r) {
-        case NormReduction::locked: return "locked";
-        case NormReduction::grid: return "grid";
-        default: return "auto";
+        case NormReduction::locked:
+            return "locked";
+        case NormReduction::grid:
+            return "grid";
+        default:
+            return "auto";
     }
 }
 
@@ -735,10 +900,17 @@ void norm_backward(const NormBackwardArgs& a) {
         return;
     }
     switch (a.x_type) {
-        case ScalarType::f32: backward_typed<float, float>(a); break;
-        case ScalarType::bf16: backward_weight<__nv_bfloat16>(a); break;
-        case ScalarType::f16: backward_weight<__half>(a); break;
-        default: throw CudaError("[norm] unsupported dtype for the norm kernels");
+        case ScalarType::f32:
+            backward_typed<float, float>(a);
+            break;
+        case ScalarType::bf16:
+            backward_weight<__nv_bfloat16>(a);
+            break;
+        case ScalarType::f16:
+            backward_weight<__half>(a);
+            break;
+        default:
+            throw CudaError("[norm] unsupported dtype for the norm kernels");
     }
 }
 

@@ -243,10 +243,11 @@ TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 roundi
     struct Shape2 {
         std::int64_t m, n;
     };
-    // Large shapes as in training, and two under 2^20 elements that sanitizer runs keep: many
-    // blocks queueing on the locks (2048 x 384) and the streamed path for long rows (64 x 16384).
-    std::vector<Shape2> shapes{{65536, 384}, {4096, 4096}, {199, 65536},
-                               {2048, 384},  {64, 16384},  {37, 7}};
+    // Large shapes as in training, and three under 2^20 elements that sanitizer runs keep: many
+    // blocks queueing on the locks (2048 x 384), and long rows (64 x 16384, 32 x 32768: on
+    // Hopper split over clusters of 2 and 4 blocks, elsewhere streamed).
+    std::vector<Shape2> shapes{{65536, 384}, {4096, 4096}, {199, 65536}, {2048, 384},
+                               {64, 16384},  {32, 32768},  {37, 7}};
     for (const Shape2& s : shapes) {
         if (s.m * s.n > max_elems()) continue;
         for (NormKind kind : {NormKind::rms, NormKind::layer}) {
@@ -276,9 +277,9 @@ TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 roundi
 TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
     // The tuning changes the launch (persistent grid size, elements per thread, 1024-thread rows,
     // the looped path, how far ahead rows are prefetched, rows staged in shared memory or held in
-    // registers, and how many per stage), never the math. Rows per block > 1,
-    // one row per block, and the looped path; M large enough that each persistent block loops
-    // over several row groups.
+    // registers, and how many per stage, rows split over clusters of 2, 4 or 8 blocks or not),
+    // never the math. Rows per block > 1, one row per block, rows split over a cluster, and the
+    // looped path; M large enough that each persistent block loops over several row groups.
     REQUIRE(cuda_is_available());
     std::vector<kernels::NormTuning> tunings;
     for (int t : {0, 1, 2, 3}) {
@@ -288,12 +289,13 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.forward_elems = t == 2 ? 16 : t == 3 ? 4 : 32;
         k.backward_elems = t == 2 ? 8 : t == 3 ? 4 : 16;
         k.stage_bytes = t == 0 ? 0 : t == 2 ? 8 * 1024 : t == 3 ? 16 * 1024 : k.stage_bytes;
+        k.split_blocks = t == 1 ? 1 : t == 2 ? 4 : kernels::NormTuning::kAuto;
         tunings.push_back(k);
     }
     struct Restore {  // the default tuning again, however this test ends
         ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
     } restore;
-    for (std::int64_t n : {7, 384, 4096, 16384}) {
+    for (std::int64_t n : {7, 384, 4096, 16384, 32768}) {
         std::int64_t m = std::min<std::int64_t>(2000, std::max<std::int64_t>(1, max_elems() / n / 4));
         for (const Case& c : {Case{NormKind::layer, DType::bf16, DType::f32, true, true, true, false,
                                    1e-5, m, n},
@@ -305,7 +307,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
             for (const kernels::NormTuning& t : tunings) {
                 INFO("tuning: threads/SM " << t.grid_threads_per_sm << ", elems " << t.forward_elems
                      << " / " << t.backward_elems << ", prefetch " << t.prefetch_distance
-                     << ", stage bytes " << t.stage_bytes);
+                     << ", stage bytes " << t.stage_bytes << ", split " << t.split_blocks);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
             }
