@@ -9,8 +9,9 @@
 //      partial row p. A second, column-parallel kernel adds the P partial rows. Every run adds
 //      in the same order: the result is bitwise deterministic. On Hopper, where two row groups
 //      fit in shared memory, norm_backward_staged_kernel has the copy engine bring groups into
-//      shared memory several groups ahead (one block per SM); elsewhere norm_backward_kernel
-//      holds its rows in registers and prefetches the next group into L2.
+//      shared memory several groups ahead (one block per SM), and rows too long for one block
+//      are split over a cluster of 2-8 blocks; elsewhere norm_backward_kernel holds its rows in
+//      registers and prefetches the next group into L2.
 //  (a) locked: one block per row group; block b adds its sums into partial row b mod G while
 //      holding spin lock b mod G (the first writer stores, later ones add). Then the same
 //      column kernel adds the G rows. The order in which blocks take a lock varies, so the last
