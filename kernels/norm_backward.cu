@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <type_traits>
-#include <vector>
 
 #include "norm_common.cuh"
 #include "runtime.h"
@@ -37,8 +36,8 @@ using namespace norm_detail;
 
 constexpr int kBackwardElems = 16;  // the most a tuning may ask: x, dy, two sums per element
 constexpr int kMaxSplit = 8;        // blocks a row may be split over (the portable cluster size)
-constexpr int kHeldElems =
-    16;  // staged: x_hat and g held between the passes up to this many columns
+// Staged kernel: x_hat and g are held between the passes up to this many columns a thread.
+constexpr int kHeldElems = 16;
 
 template <typename T, typename W>
 struct BackwardParams {
@@ -595,19 +594,27 @@ bool staging_supported() {
 // best whole (83-86% of copy; split in two 74%); bf16 rows of 16384 (32 columns a thread) best
 // in two; once split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
 // A tuning's split_blocks p >= 2: p, 2p, ..., kMaxSplit, for any row; 1: never.
+// (A fixed array, not a vector: this runs on every backward call.)
 constexpr long long kSliceVectors = 1024;
-std::vector<int> split_candidates(long long nvec, bool whole_ok, int split_blocks) {
-    std::vector<int> order;
+struct SplitOrder {
+    int parts[3] = {};  // at most 2, 4 and 8
+    int count = 0;
+    void add(int p) { parts[count++] = p; }
+    const int* begin() const { return parts; }
+    const int* end() const { return parts + count; }
+};
+SplitOrder split_candidates(long long nvec, bool whole_ok, int split_blocks) {
+    SplitOrder order;
     if (split_blocks == 1) return order;
     if (split_blocks != NormTuning::kAuto) {
-        for (int p = std::max(2, split_blocks); p <= kMaxSplit; p *= 2) order.push_back(p);
+        for (int p = std::max(2, split_blocks); p <= kMaxSplit; p *= 2) order.add(p);
         return order;
     }
     if (whole_ok || nvec <= kSliceVectors) return order;
     int first = 2;
     while (first < kMaxSplit && nvec > first * kSliceVectors) first *= 2;
-    for (int p = first; p <= kMaxSplit; p *= 2) order.push_back(p);
-    for (int p = first / 2; p >= 2; p /= 2) order.push_back(p);
+    for (int p = first; p <= kMaxSplit; p *= 2) order.add(p);
+    for (int p = first / 2; p >= 2; p /= 2) order.add(p);
     return order;
 }
 
@@ -724,12 +731,15 @@ unsigned launch_split(const Params& p, const BackwardPlan& plan) {
     cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    // The occupancy query costs more than the launch: remembered (per kernel) for smem and split.
+    // The occupancy query costs more than the launch: remembered (per kernel) for the last
+    // threads, shared memory and split it was asked for.
     static std::size_t known_smem = 0;
-    static int known_split = 0, known_clusters = 0;
-    if (known_smem != plan.smem || known_split != plan.split) {
+    static int known_threads = 0, known_split = 0, known_clusters = 0;
+    if (known_smem != plan.smem || known_threads != plan.layout.threads ||
+        known_split != plan.split) {
         FG_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&known_clusters, kernel, &config));
         known_smem = plan.smem;
+        known_threads = plan.layout.threads;
         known_split = plan.split;
     }
     if (known_clusters < 1)
