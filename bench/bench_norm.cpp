@@ -139,20 +139,22 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 // --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
 void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& shapes) {
     struct Knobs {
-        int threads_per_sm, fwd_elems, bwd_elems, prefetch, stage_kib, split;
+        int threads_per_sm, fwd_elems, bwd_elems, prefetch, stage_kib, split, fwd_stage_cols;
     };
     const int a = kernels::NormTuning::kAuto;
     std::vector<Knobs> knobs{
-        {2048, 32, a, a, 32, a}, {2048, 32, a, a, 0, a},   {2048, 32, a, a, 16, a},
-        {2048, 32, a, a, 48, a}, {2048, 32, 16, a, 32, a}, {2048, 32, a, a, 32, 1},
-        {2048, 32, a, a, 32, 2}, {2048, 32, a, a, 32, 4},  {2048, 32, a, a, 32, 8}};
+        {2048, 32, a, a, 32, a, a}, {2048, 32, a, a, 0, a, a},  {2048, 32, a, a, 32, a, 1},
+        {2048, 32, a, a, 16, a, 1}, {2048, 32, a, a, 48, a, 1}, {2048, 32, 16, a, 32, a, a},
+        {2048, 32, a, a, 32, 1, a}, {2048, 32, a, a, 32, 2, a}, {2048, 32, a, a, 32, 4, a},
+        {2048, 32, a, a, 32, 8, a}};
     std::printf(
         "\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto), "
-        "stage KiB (0: registers), split blocks (-1: auto, 1: never)\n%-22s",
+        "stage KiB (0: registers), split blocks (-1: auto, 1: never), forward staged from N "
+        "(-1: auto)\n%-22s",
         "case");
     for (const Knobs& k : knobs)
-        std::printf("  f/b %d,%d,%d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems,
-                    k.prefetch, k.stage_kib, k.split);
+        std::printf("  f/b %d,%d,%d,%d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems,
+                    k.prefetch, k.stage_kib, k.split, k.fwd_stage_cols);
     std::printf("\n");
     for (DType dt : {DType::bf16, DType::f32}) {
         for (NormKind kind : {NormKind::layer, NormKind::rms}) {
@@ -168,9 +170,11 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
                     t.prefetch_distance = k.prefetch;
                     t.stage_bytes = k.stage_kib * 1024;
                     t.split_blocks = k.split;
+                    t.forward_stage_cols = k.fwd_stage_cols;
                     kernels::set_norm_tuning(t);
                     std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt, s, false);
-                    std::printf("         %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
+                    std::printf("           %5.1f / %5.1f", 100 * rows[0].ratio,
+                                100 * rows[1].ratio);
                 }
                 std::printf("\n");
                 std::fflush(stdout);

@@ -86,9 +86,13 @@ struct NormTuning {
     // block handles this many iterations later. Forward: the group this many waves of blocks on.
     // kAuto: 1 where that measured faster on an H200, else 0 (norm_forward.cu, norm_backward.cu).
     int prefetch_distance = kAuto;
-    // Hopper and later: backward (b) stages row groups of about this many bytes in shared memory
-    // with bulk copies, where two groups fit (norm_common.cuh); 0: never, use the register kernels.
+    // Hopper and later: backward (b) and the forward stage row groups of about this many bytes in
+    // shared memory with bulk copies, where two groups fit (norm_common.cuh); 0: never, use the
+    // register kernels.
     int stage_bytes = 32 * 1024;
+    // The forward stages rows of at least this many values (shorter rows: the register kernel).
+    // kAuto: 16384, where staging measured faster on an H100 (norm_forward.cu).
+    int forward_stage_cols = kAuto;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
     // of more than 16 KiB, into the fewest slices of at most 16 KiB (norm_backward.cu); 1: never

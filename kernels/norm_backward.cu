@@ -21,8 +21,6 @@
 // read (bypassing L1: another SM wrote the row) and write; one thread marks the row written; then
 // every thread __threadfence (its stores visible), __syncthreads (all done), and one thread
 // releases the lock.
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <type_traits>
 
@@ -35,7 +33,6 @@ namespace {
 using namespace norm_detail;
 
 constexpr int kBackwardElems = 16;  // the most a tuning may ask: x, dy, two sums per element
-constexpr int kMaxSplit = 8;        // blocks a row may be split over (the portable cluster size)
 // Staged kernel: x_hat and g are held between the passes up to this many columns a thread.
 constexpr int kHeldElems = 16;
 
@@ -256,39 +253,6 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     if (LOCKED) release_partial_row(p.locks, p.written, gi);
 }
 
-#ifdef FG_NORM_STAGED
-// A row split over the blocks of a cluster: each block's two partial row sums -> the row's, added
-// in block-rank order by every block (so all of them get the same bits). Block r's thread 0 sends
-// its sums to slot r of every block of the cluster (itself included) with st.async, a remote
-// store that counts its 8 bytes off on the receiver's mbarrier; each block then waits for that
-// barrier's phase, as for a stage. No cluster-wide barrier (whose release would wait for this
-// thread's outstanding stores of dx) and no fence: a block moves on as soon as its own slots are
-// full. Slots and barriers come in two sets, used by alternate rows: a block can only send row
-// k + 2's sums once every block has sent row k + 1's, which each sends after reading row k's.
-__device__ __forceinline__ float2 cluster_row_sums(float2 mine, float2 (*slots)[kMaxSplit],
-                                                   std::uint64_t* full, int it) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    const unsigned parts = cluster.num_blocks(), rank = cluster.block_rank();
-    const int set = it & 1;
-    if (threadIdx.x == 0) {
-        stage_expect(&full[set], parts * (unsigned)sizeof(float2));
-        const float sums[2] = {mine.x, mine.y};
-        for (unsigned r = 0; r < parts; ++r)
-            cuda::ptx::st_async(
-                reinterpret_cast<float*>(cluster.map_shared_rank(&slots[set][rank], r)), sums,
-                cluster.map_shared_rank(&full[set], r));
-    }
-    stage_wait(&full[set], (unsigned)(it >> 1) & 1u);
-    float2 total = make_float2(0.0f, 0.0f);
-    for (unsigned r = 0; r < parts; ++r) {
-        total.x += slots[set][r].x;
-        total.y += slots[set][r].y;
-    }
-    return total;
-}
-#endif
-
 // Strategy (b) with the rows staged in shared memory (Hopper; see norm_common.cuh): the same
 // per-row math as norm_backward_kernel, but x, dy (and dh) of each row group arrive by bulk copy
 // into one of `stages` buffers, up to `stages` groups ahead, and are read from there in both
@@ -326,15 +290,9 @@ __global__ void __launch_bounds__(512, 1)
         return reinterpret_cast<T*>(stage_smem) + (long long)(s * streams + tensor) * group_elems;
     };
     const long long groups = (p.rows + rpb - 1) / rpb;
+    const T* const tensors[3] = {p.x, p.dy, p.dh};
     auto fill = [&](int s, long long rg) {  // thread 0: row group rg -> stage s
-        const long long first = rg * rpb;
-        const long long offset = first * p.cols + c0;  // rpb rows are contiguous unless SPLIT
-        const unsigned bytes =
-            (unsigned)(std::min<long long>(rpb, p.rows - first) * cols * (long long)sizeof(T));
-        stage_expect(&full[s], bytes * streams);
-        stage_copy(staged(s, 0), p.x + offset, bytes, &full[s]);
-        stage_copy(staged(s, 1), p.dy + offset, bytes, &full[s]);
-        if (p.dh) stage_copy(staged(s, 2), p.dh + offset, bytes, &full[s]);
+        stage_fill(staged(s, 0), tensors, rg, rpb, p.rows, p.cols, c0, cols, &full[s]);
     };
     if (threadIdx.x == 0) {
         stage_barriers_init(full, stages);
@@ -568,55 +526,23 @@ struct BackwardPlan {
     int partial_rows = 0;   // R: G (locked), or the most P can be (grid)
     std::size_t smem = 0;   // dynamic shared memory of the main kernel
     bool partials = false;  // dw or db wanted
-    int stages = 0;         // > 0: the staged kernel (grid only), with this many stages
-    int split = 1;          // > 1: rows split over clusters of this many staged blocks
+    StagedPlan staged;      // stages > 0: the staged kernel (grid only); split > 1: clusters
 };
 
 constexpr int kStagedElems = 32;  // columns a staged thread sums over (two fp32 sums each)
 
-// Whether the staged kernel can run: a Hopper-or-later device, and device code built for it (a
-// binary built only for sm_80 runs its sm_80 code, without bulk copies, on an H100 too).
+// Whether the staged kernel can run here (norm_common.cuh).
 bool staging_supported() {
-    static const bool ok = [] {
-        if (device_info().compute_major < 9) return false;
-        cudaFuncAttributes attr{};
-        FG_CUDA_CHECK(cudaFuncGetAttributes(&attr, (const void*)norm_partials_sum_kernel<float>));
-        return attr.binaryVersion >= 90;
-    }();
+    static const bool ok = staging_built_for((const void*)norm_partials_sum_kernel<float>);
     return ok;
 }
 
-// Blocks to split a staged row of `nvec` 16-byte vectors over, in order of preference (the plan
-// takes the first that divides the row and fits; none: the row is staged whole, or not at all).
-// kAuto: a row that a block stages whole holding at most 16 columns a thread (`whole_ok`) is not
-// split; longer rows go in the fewest slices of at most kSliceVectors vectors, else in more,
-// else in fewer. Measured on an H100 (bench_norm --sweep, docs/norms.md): f32 rows of 8192 run
-// best whole (83-86% of copy; split in two 74%); bf16 rows of 16384 (32 columns a thread) best
-// in two; once split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
-// A tuning's split_blocks p >= 2: p, 2p, ..., kMaxSplit, for any row; 1: never.
-// (A fixed array, not a vector: this runs on every backward call.)
+// kAuto splits (split_candidates): a row that a block stages whole holding at most kHeldElems
+// columns a thread is not split; longer rows go in slices of at most kSliceVectors vectors.
+// Measured on an H100 (bench_norm --sweep, docs/norms.md): f32 rows of 8192 run best whole
+// (83-86% of copy; split in two 74%); bf16 rows of 16384 (32 columns a thread) best in two; once
+// split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
 constexpr long long kSliceVectors = 1024;
-struct SplitOrder {
-    int parts[3] = {};  // at most 2, 4 and 8
-    int count = 0;
-    void add(int p) { parts[count++] = p; }
-    const int* begin() const { return parts; }
-    const int* end() const { return parts + count; }
-};
-SplitOrder split_candidates(long long nvec, bool whole_ok, int split_blocks) {
-    SplitOrder order;
-    if (split_blocks == 1) return order;
-    if (split_blocks != NormTuning::kAuto) {
-        for (int p = std::max(2, split_blocks); p <= kMaxSplit; p *= 2) order.add(p);
-        return order;
-    }
-    if (whole_ok || nvec <= kSliceVectors) return order;
-    int first = 2;
-    while (first < kMaxSplit && nvec > first * kSliceVectors) first *= 2;
-    for (int p = first; p <= kMaxSplit; p *= 2) order.add(p);
-    for (int p = first / 2; p >= 2; p /= 2) order.add(p);
-    return order;
-}
 
 int lock_rows_for(long long cols) {
     return cols <= 1024 ? 256 : cols <= 4096 ? 128 : cols <= 8192 ? 96 : 64;
@@ -647,32 +573,16 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
     }
     plan.layout = row_layout(a.cols, eb, plan.vector_ok, std::min(kBackwardElems, elems), 16, 1);
     plan.partials = a.dweight != nullptr || a.dbias != nullptr;
-    const NormTuning tuning = norm_tuning();
-    if (plan.reduction == NormReduction::grid && plan.vector_ok && tuning.stage_bytes > 0 &&
-        staging_supported()) {
-        int staged_elems = tuning.backward_elems == NormTuning::kAuto
-                               ? kStagedElems
-                               : std::min(kStagedElems, tuning.backward_elems);
-        std::size_t budget = (std::size_t)device_info().smem_per_block_optin - 1024;  // static
-        auto layout_for = [&](long long cols) {
-            return staged_layout(cols, eb, a.dh ? 3 : 2, staged_elems,
-                                 (std::size_t)tuning.stage_bytes, budget);
-        };
-        StagedLayout sl = layout_for(a.cols);
-        const bool whole_ok = sl.stages > 0 && sl.rows.items * vec <= kHeldElems;
-        for (int parts : split_candidates(a.cols / vec, whole_ok, tuning.split_blocks)) {
-            if (a.cols % ((long long)parts * vec) != 0) continue;  // 16-byte slices
-            StagedLayout slice = layout_for(a.cols / parts);
-            if (slice.stages > 0 && slice.rows.rows_per_block() == 1) {
-                sl = slice;
-                plan.split = parts;
-                break;
-            }
-        }
-        if (sl.stages > 0) {
-            plan.layout = sl.rows;
-            plan.stages = sl.stages;
-            plan.smem = sl.stages * sl.stage_bytes;
+    if (plan.reduction == NormReduction::grid && plan.vector_ok && staging_supported()) {
+        const int tuned = norm_tuning().backward_elems;
+        const int staged_elems =
+            tuned == NormTuning::kAuto ? kStagedElems : std::min(kStagedElems, tuned);
+        plan.staged = plan_staged(a.cols, eb, a.dh ? 3 : 2, staged_elems, kHeldElems,
+                                  kSliceVectors, true,
+                                  [](const StagedLayout&, long long) { return 0; });
+        if (plan.staged.stages > 0) {
+            plan.layout = plan.staged.rows;
+            plan.smem = plan.staged.smem;
         }
     }
     const RowLayout& l = plan.layout;
@@ -685,10 +595,11 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
         int threads_per_sm =
             std::min(norm_tuning().grid_threads_per_sm, device_info().max_threads_per_sm);
         long long per_sm = std::max(1, threads_per_sm / l.threads);
-        plan.blocks = std::min<long long>(groups, per_sm * device_info().sm_count / plan.split);
+        plan.blocks =
+            std::min<long long>(groups, per_sm * device_info().sm_count / plan.staged.split);
         plan.partial_rows = (int)std::max(1LL, plan.blocks);
     }
-    if (plan.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
+    if (plan.staged.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
         plan.smem = sizeof(float) * (std::size_t)l.rows_per_block() * (std::size_t)a.cols;
     return plan;
 }
@@ -703,56 +614,6 @@ int backward_prefetch(const RowLayout& l) {
     return l.looped || l.items == 1 ? 0 : 1;
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory (more than 48 KiB with its static shared
-// memory needs an opt-in); asked once for each larger size.
-template <auto kernel>
-void allow_dynamic_smem(std::size_t bytes) {
-    static std::size_t allowed = 0;
-    if (bytes > allowed) {
-        FG_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-        allowed = bytes;
-    }
-}
-
-// Launches the staged kernel for rows split over clusters of plan.split blocks; returns the
-// number of clusters, as many as fit on the device at once (capped by plan.blocks), each of which
-// writes one partial row.
-template <auto kernel, typename Params>
-unsigned launch_split(const Params& p, const BackwardPlan& plan) {
-    cudaLaunchConfig_t config{};
-    config.blockDim = dim3((unsigned)plan.layout.threads);
-    config.gridDim = dim3((unsigned)plan.split);
-    config.dynamicSmemBytes = plan.smem;
-    config.stream = stream();
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = (unsigned)plan.split;
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    // The occupancy query costs more than the launch: remembered (per kernel) for the last
-    // threads, shared memory and split it was asked for.
-    static std::size_t known_smem = 0;
-    static int known_threads = 0, known_split = 0, known_clusters = 0;
-    if (known_smem != plan.smem || known_threads != plan.layout.threads ||
-        known_split != plan.split) {
-        FG_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&known_clusters, kernel, &config));
-        known_smem = plan.smem;
-        known_threads = plan.layout.threads;
-        known_split = plan.split;
-    }
-    if (known_clusters < 1)
-        throw CudaError("[norm] backward: no cluster of " + std::to_string(plan.split) +
-                        " blocks with " + std::to_string(plan.smem) +
-                        " bytes of shared memory each fits on this device (set "
-                        "NormTuning::split_blocks = 1 to use the unsplit kernels)");
-    const unsigned clusters = (unsigned)std::min<long long>(known_clusters, plan.blocks);
-    config.gridDim = dim3(clusters * (unsigned)plan.split);
-    FG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, plan.layout.tpr, plan.stages));
-    return clusters;
-}
-
 // Launches the main kernel; returns its number of blocks. Locked: one per row group. Grid (b):
 // as many as fit on the device at once (occupancy, capped by plan.blocks), the P partial rows.
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
@@ -764,21 +625,23 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
         if (!LOCKED) blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks);
     };
     if constexpr (!LOCKED && VEC > 1) {
-        if (plan.stages > 0) {
+        const StagedPlan& staged = plan.staged;
+        if (staged.stages > 0) {
             auto launch = [&](auto items_tag) {
                 constexpr int kItems = decltype(items_tag)::value;
                 if constexpr (kItems <= 4 && kItems * VEC <= kStagedElems) {
-                    if (plan.split > 1) {
+                    if (staged.split > 1) {
                         constexpr auto kernel =
                             norm_backward_staged_kernel<T, W, VEC, kItems, LAYER, true>;
-                        allow_dynamic_smem<kernel>(plan.smem);
-                        blocks = launch_split<kernel>(p, plan);
+                        allow_dynamic_smem<kernel>(staged.smem);
+                        blocks = launch_split<kernel>(p, staged, plan.blocks);
                     } else {
                         constexpr auto kernel =
                             norm_backward_staged_kernel<T, W, VEC, kItems, LAYER, false>;
-                        allow_dynamic_smem<kernel>(plan.smem);
+                        allow_dynamic_smem<kernel>(staged.smem);
                         size_grid((const void*)kernel);
-                        kernel<<<blocks, l.threads, plan.smem, stream()>>>(p, l.tpr, plan.stages);
+                        kernel<<<blocks, l.threads, staged.smem, stream()>>>(p, l.tpr,
+                                                                              staged.stages);
                     }
                 }
             };

@@ -13,10 +13,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cooperative_groups.h>
 #include <cuda/ptx>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "norm.h"
@@ -169,6 +171,7 @@ __device__ __forceinline__ void prefetch_row_group(const T* t, long long rg, int
 #define FG_NORM_STAGED 1
 #endif
 constexpr int kMaxStages = 4;
+constexpr int kMaxSplit = 8;  // blocks a row may be split over (the portable cluster size)
 
 #ifdef FG_NORM_STAGED
 // Thread 0 only: barriers with one arrival per phase (the thread that issues the copies), made
@@ -196,6 +199,58 @@ __device__ __forceinline__ void stage_copy(void* dst, const void* src, unsigned 
 __device__ __forceinline__ void stage_wait(std::uint64_t* bar, unsigned parity) {
     while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
     }
+}
+
+// Thread 0 only: row group `rg` (rows rg * rpb .., clipped to `rows`; of each row the columns
+// [c0, c0 + cols) of `row_len`) of `n` tensors -> `stage`, one after the other, each taking
+// rpb * cols elements; `bar`'s next phase completes when all of it has landed. The group's rows
+// are contiguous in global memory unless a row is split (then rpb = 1): one bulk copy a tensor.
+template <typename T, int n>
+__device__ __forceinline__ void stage_fill(T* stage, const T* const (&tensors)[n], long long rg,
+                                           int rpb, long long rows, long long row_len,
+                                           long long c0, long long cols, std::uint64_t* bar) {
+    const long long first = rg * rpb;
+    const long long offset = first * row_len + c0;
+    const long long elems = std::min<long long>(rpb, rows - first) * cols;
+    const unsigned bytes = (unsigned)(elems * (long long)sizeof(T));
+    int streams = 0;
+    for (int t = 0; t < n; ++t) streams += tensors[t] != nullptr;
+    stage_expect(bar, bytes * streams);
+    for (int t = 0, s = 0; t < n; ++t)
+        if (tensors[t]) stage_copy(stage + (long long)(s++) * rpb * cols, tensors[t] + offset, bytes, bar);
+}
+
+// A row split over the blocks of a cluster (a slice of its columns each): each block's two
+// partial row sums -> the row's, added in block-rank order by every block (so all of them get the
+// same bits). Block r's thread 0 sends its sums to slot r of every block of the cluster (itself
+// included) with st.async, a remote store that counts its 8 bytes off on the receiver's mbarrier;
+// each block then waits for that barrier's phase, as for a stage. No cluster-wide barrier (whose
+// release would wait for this thread's outstanding stores of the row's output) and no fence: a
+// block moves on as soon as its own slots are full. Slots and barriers come in two sets, used by
+// alternate rows (`it`: the block's row count so far): a block can only send row k + 2's sums
+// once every block has sent row k + 1's, which each sends after reading row k's. Before the first
+// call: the barriers initialised by stage_barriers_init(full, 2), then a cluster barrier.
+__device__ __forceinline__ float2 cluster_row_sums(float2 mine, float2 (*slots)[kMaxSplit],
+                                                   std::uint64_t* full, int it) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned parts = cluster.num_blocks(), rank = cluster.block_rank();
+    const int set = it & 1;
+    if (threadIdx.x == 0) {
+        stage_expect(&full[set], parts * (unsigned)sizeof(float2));
+        const float sums[2] = {mine.x, mine.y};
+        for (unsigned r = 0; r < parts; ++r)
+            cuda::ptx::st_async(
+                reinterpret_cast<float*>(cluster.map_shared_rank(&slots[set][rank], r)), sums,
+                cluster.map_shared_rank(&full[set], r));
+    }
+    stage_wait(&full[set], (unsigned)(it >> 1) & 1u);
+    float2 total = make_float2(0.0f, 0.0f);
+    for (unsigned r = 0; r < parts; ++r) {
+        total.x += slots[set][r].x;
+        total.y += slots[set][r].y;
+    }
+    return total;
 }
 #endif
 
@@ -314,6 +369,150 @@ inline unsigned persistent_blocks(const void* kernel, int threads, std::size_t s
     int per_sm = std::min(resident_blocks_per_sm(kernel, threads, smem),
                           std::max(1, norm_tuning().grid_threads_per_sm / threads));
     return (unsigned)std::max(1LL, std::min(groups, (long long)per_sm * device_info().sm_count));
+}
+
+// Whether staged kernels can run: a Hopper-or-later device, and device code built for it (a
+// binary built only for sm_80 runs its sm_80 code, without bulk copies, on an H100 too). `kernel`:
+// any kernel of the calling file (its binary version is that of the whole file).
+inline bool staging_built_for(const void* kernel) {
+    if (device_info().compute_major < 9) return false;
+    cudaFuncAttributes attr{};
+    FG_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return attr.binaryVersion >= 90;
+}
+
+// Blocks to split a staged row of `nvec` 16-byte vectors over, in order of preference (the plan
+// takes the first that divides the row and fits; none: the row is staged whole, or not at all).
+// kAuto: a row a block stages well whole (`whole_ok`) is not split; longer rows go in the fewest
+// slices of at most `slice_vectors` vectors, else (`finer`) in more, else in fewer. A tuning's
+// split_blocks p >= 2: p, 2p, ..., kMaxSplit, for any row; 1: never. (A fixed array, not a
+// vector: this runs on every call.)
+struct SplitOrder {
+    int parts[3] = {};  // at most 2, 4 and 8
+    int count = 0;
+    void add(int p) { parts[count++] = p; }
+    const int* begin() const { return parts; }
+    const int* end() const { return parts + count; }
+};
+inline SplitOrder split_candidates(long long nvec, bool whole_ok, int split_blocks,
+                                   long long slice_vectors, bool finer) {
+    SplitOrder order;
+    if (split_blocks == 1) return order;
+    if (split_blocks != NormTuning::kAuto) {
+        for (int p = std::max(2, split_blocks); p <= kMaxSplit; p *= 2) order.add(p);
+        return order;
+    }
+    if (whole_ok || nvec <= slice_vectors) return order;
+    int first = 2;
+    while (first < kMaxSplit && nvec > first * slice_vectors) first *= 2;
+    for (int p = first; p <= (finer ? kMaxSplit : first); p *= 2) order.add(p);
+    for (int p = first / 2; p >= 2; p /= 2) order.add(p);
+    return order;
+}
+
+// A staged launch as the host plans it: the rows' layout over a block, how many stages (0: not
+// staged), how many blocks of a cluster share each row (1: none), and the dynamic shared memory.
+struct StagedPlan {
+    RowLayout rows;
+    int stages = 0;
+    int split = 1;
+    std::size_t smem = 0;
+};
+
+// The staged plan for rows of `cols` values of `streams` tensors under the current tuning (the
+// caller has checked 16-byte vectors and staging_built_for). A row is staged whole when a block
+// can hold it with at most `whole_elems` columns a thread; otherwise it is split over a cluster
+// (split_candidates, slices of one row per stage, `finer` as there); otherwise it is not staged.
+// `extra(layout, slice_cols)`: bytes of shared memory the kernel keeps besides its stages.
+template <typename Extra>
+StagedPlan plan_staged(long long cols, int elem_bytes, int streams, int max_elems,
+                       int whole_elems, long long slice_vectors, bool finer, Extra extra) {
+    const NormTuning tuning = norm_tuning();
+    StagedPlan plan;
+    if (tuning.stage_bytes <= 0) return plan;
+    const int vec = 16 / elem_bytes;
+    const std::size_t budget = (std::size_t)device_info().smem_per_block_optin - 1024;  // static
+    // A split row's slices go one to a stage (the split kernels take one row per stage).
+    auto layout_for = [&](long long c) {
+        const std::size_t target =
+            c == cols ? (std::size_t)tuning.stage_bytes : (std::size_t)c * elem_bytes * streams;
+        StagedLayout l = staged_layout(c, elem_bytes, streams, max_elems, target, budget);
+        if (l.stages > 0) {  // room for the kernel's other buffers too
+            const std::size_t more = extra(l, c);
+            const std::size_t left = budget > more ? budget - more : 0;
+            l.stages = (int)std::min<std::size_t>(l.stages, left / l.stage_bytes);
+            if (l.stages < 2) l.stages = 0;
+        }
+        return l;
+    };
+    StagedLayout sl = layout_for(cols);
+    const bool whole_ok = sl.stages > 0 && sl.rows.items * vec <= whole_elems;
+    for (int parts :
+         split_candidates(cols / vec, whole_ok, tuning.split_blocks, slice_vectors, finer)) {
+        if (cols % ((long long)parts * vec) != 0) continue;  // 16-byte slices
+        StagedLayout slice = layout_for(cols / parts);
+        if (slice.stages > 0 && slice.rows.rows_per_block() == 1) {
+            sl = slice;
+            plan.split = parts;
+            break;
+        }
+    }
+    if (sl.stages > 0) {
+        plan.rows = sl.rows;
+        plan.stages = sl.stages;
+        plan.smem = sl.stages * sl.stage_bytes + extra(sl, cols / plan.split);
+    }
+    return plan;
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (more than 48 KiB with its static shared
+// memory needs an opt-in); asked once for each larger size.
+template <auto kernel>
+void allow_dynamic_smem(std::size_t bytes) {
+    static std::size_t allowed = 0;
+    if (bytes > allowed) {
+        FG_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        allowed = bytes;
+    }
+}
+
+// Launches a staged kernel, kernel(p, tpr, stages), for rows split over clusters of plan.split
+// blocks; returns the number of clusters: as many as fit on the device at once, at most
+// `max_clusters` (each one a unit of the persistent grid).
+template <auto kernel, typename Params>
+unsigned launch_split(const Params& p, const StagedPlan& plan, long long max_clusters) {
+    cudaLaunchConfig_t config{};
+    config.blockDim = dim3((unsigned)plan.rows.threads);
+    config.gridDim = dim3((unsigned)plan.split);
+    config.dynamicSmemBytes = plan.smem;
+    config.stream = stream();
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = (unsigned)plan.split;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    // The occupancy query costs more than the launch: remembered (per kernel) for the last
+    // threads, shared memory and split it was asked for.
+    static std::size_t known_smem = 0;
+    static int known_threads = 0, known_split = 0, known_clusters = 0;
+    if (known_smem != plan.smem || known_threads != plan.rows.threads ||
+        known_split != plan.split) {
+        FG_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&known_clusters, kernel, &config));
+        known_smem = plan.smem;
+        known_threads = plan.rows.threads;
+        known_split = plan.split;
+    }
+    if (known_clusters < 1)
+        throw CudaError("[norm] no cluster of " + std::to_string(plan.split) + " blocks with " +
+                        std::to_string(plan.smem) +
+                        " bytes of shared memory each fits on this device (set "
+                        "NormTuning::split_blocks = 1 to use the unsplit kernels)");
+    const unsigned clusters = (unsigned)std::min<long long>(known_clusters, max_clusters);
+    config.gridDim = dim3(clusters * (unsigned)plan.split);
+    FG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, plan.rows.tpr, plan.stages));
+    return clusters;
 }
 
 inline bool aligned_to(const void* p, int bytes) {

@@ -1,8 +1,10 @@
 // kernels/norm_forward.cu: RMSNorm / LayerNorm forward (math in norm.h).
 // One pass over x in registers: load the row (adding the residual and writing h if fused), reduce
-// the statistics over the row's threads, write y. Rows too long for registers take the looped
-// kernel, which reads the row twice (the second time mostly from L2). Each block has the rows of
-// a block one wave later brought into L2 while it works.
+// the statistics over the row's threads, write y. On Hopper, persistent blocks have the copy
+// engine stage their next row groups in shared memory while they work (rows too long for one
+// block are split over a cluster); elsewhere, or without 16-byte vectors, a block per row group
+// holds its row in registers and has the rows of a block one wave later brought into L2. Rows
+// too long for registers take the looped kernel, which reads the row twice (mostly from L2).
 #include <algorithm>
 #include <type_traits>
 
@@ -82,6 +84,32 @@ __device__ __forceinline__ void prefetch_forward(const ForwardParams<T, W>& p, l
     prefetch_row_group(p.residual, blockIdx.x + ahead, rpb, p.rows, p.cols);
 }
 
+// The row's mean (LayerNorm; RMSNorm: 0) and rstd from its sums over the row's N values:
+// LayerNorm, the shifted sums (sum d, sum d^2) of d = x - shift, any shift near the mean keeping
+// var = E[d^2] - E[d]^2 exact enough (the kernels take the row's first value); RMSNorm, sum x^2.
+template <bool LAYER>
+__device__ __forceinline__ void row_statistics(float2 sums, float shift, float inv_n, float eps,
+                                               float& mu, float& rstd) {
+    float var;
+    if (LAYER) {
+        const float da = sums.x * inv_n;
+        mu = shift + da;
+        var = fmaxf(sums.y * inv_n - da * da, 0.0f);
+    } else {
+        mu = 0.0f;
+        var = sums.x * inv_n;
+    }
+    rstd = 1.0f / sqrtf(var + eps);
+}
+
+// The row's sums over its tpr threads (row_statistics' input). Contains barriers when tpr > 32:
+// call from every thread of the block.
+template <bool LAYER>
+__device__ __forceinline__ float2 forward_row_sums(float a, float q, int tpr, float* scratch) {
+    if (LAYER) return group_sum2(make_float2(a, q), tpr, scratch);
+    return make_float2(group_sum(a, tpr, scratch), 0.0f);
+}
+
 // Threads holding at most 64 bytes of the row (16 f32 or 32 bf16 values) fit in 64 registers, so
 // 1024-thread blocks (rows of up to 16384 f32 / 32768 bf16 values) work; larger holdings use
 // 512-thread blocks rather than spill. f32 weights for a bf16 / f16 row count at their size
@@ -105,7 +133,7 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     const bool active = row < p.rows;
     const long long base = row * p.cols;
     Pack<T, VEC> v[ITEMS];
-    float s = 0.0f;
+    float s = 0.0f;  // RMSNorm: sum x^2
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         long long col = ((long long)i * tpr + lane) * VEC;
@@ -115,19 +143,16 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
 #pragma unroll
             for (int k = 0; k < VEC; ++k) v[i].v[k] = from_float<T>(0.0f);
         }
+        if (!LAYER)
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-            float x = to_float(v[i].v[k]);
-            s += LAYER ? x : x * x;
-        }
+            for (int k = 0; k < VEC; ++k) s += to_float(v[i].v[k]) * to_float(v[i].v[k]);
     }
-    const float inv_n = 1.0f / (float)p.cols;
-    float mu = 0.0f, var;
+    // LayerNorm: one reduction of shifted sums (row_statistics), the shift (the row's first
+    // value) from L1; the data are in registers.
+    const float shift = LAYER && active ? row_first(p, base) : 0.0f;
+    float a = s, q = 0.0f;
     if (LAYER) {
-        // One reduction of shifted sums: with K the row's first value (any value near the mean
-        // keeps this exact enough), var = E[(x - K)^2] - E[x - K]^2. Data in registers, K from L1.
-        const float shift = active ? row_first(p, base) : 0.0f;
-        float a = 0.0f, q = 0.0f;
+        a = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             long long col = ((long long)i * tpr + lane) * VEC;
@@ -140,14 +165,10 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
                 }
             }
         }
-        float2 sums = group_sum2(make_float2(a, q), tpr, scratch);
-        float da = sums.x * inv_n;
-        mu = shift + da;
-        var = fmaxf(sums.y * inv_n - da * da, 0.0f);
-    } else {
-        var = group_sum(s, tpr, scratch) * inv_n;
     }
-    const float rstd = 1.0f / sqrtf(var + p.eps);
+    float mu, rstd;
+    row_statistics<LAYER>(forward_row_sums<LAYER>(a, q, tpr, scratch), shift,
+                          1.0f / (float)p.cols, p.eps, mu, rstd);
     if (!active) return;
     if (lane == 0 && p.rstd) {
         p.rstd[row] = rstd;
@@ -188,17 +209,9 @@ __global__ void __launch_bounds__(512, 2)
             q += d * d;
         }
     }
-    const float inv_n = 1.0f / (float)p.cols;
-    float mu = 0.0f, var;
-    if (LAYER) {  // shifted sums, as in the register kernel: one pass for both statistics
-        float2 sums = group_sum2(make_float2(s, q), blockDim.x, scratch);
-        float da = sums.x * inv_n;
-        mu = shift + da;
-        var = fmaxf(sums.y * inv_n - da * da, 0.0f);
-    } else {
-        var = group_sum(s, blockDim.x, scratch) * inv_n;
-    }
-    const float rstd = 1.0f / sqrtf(var + p.eps);
+    float mu, rstd;  // shifted sums, as in the register kernel: one pass for both statistics
+    row_statistics<LAYER>(forward_row_sums<LAYER>(s, q, blockDim.x, scratch), shift,
+                          1.0f / (float)p.cols, p.eps, mu, rstd);
     if (threadIdx.x == 0 && p.rstd) {
         p.rstd[row] = rstd;
         if (LAYER) p.mean[row] = mu;
@@ -211,6 +224,170 @@ __global__ void __launch_bounds__(512, 2)
         for (int k = 0; k < VEC; ++k) out[k] = (v[k] - mu) * rstd * w[k] + b[k];
         store_vec<T, VEC>(p.y + base + col, out);
     }
+}
+
+// Rows staged in shared memory (Hopper; see norm_common.cuh). A persistent block has the copy
+// engine bring x (and the residual) of its row groups into one of `stages` buffers, up to
+// `stages` groups ahead; its threads take their vectors from the stage into registers (h = x + r
+// rounded to T, and written out, when the residual is fused) and hand the stage back for a later
+// group at once, before the row sums: the copy engine keeps loading while the threads reduce and
+// write y. Stage s of a block:   [ x: rpb rows | residual: rpb rows ]
+// SPLIT: rows too long for a block are shared by the `parts` blocks of a cluster, block `part`
+// staging columns [part * cols, (part + 1) * cols) of every row its cluster takes (one row per
+// stage); the row sums are completed across the cluster (cluster_row_sums). LayerNorm's shift,
+// the row's first value, is read from global memory one row group ahead: every block of a
+// cluster shifts by the same value.
+template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool SPLIT>
+__global__ void __launch_bounds__(512, 1)
+    norm_forward_staged_kernel(ForwardParams<T, W> p, int tpr, int stages) {
+#ifdef FG_NORM_STAGED
+    extern __shared__ __align__(128) unsigned char stage_smem[];
+    __shared__ std::uint64_t full[kMaxStages];
+    __shared__ std::uint64_t affine_full;  // the block's slices of weight and bias have landed
+    __shared__ float scratch[64];
+    __shared__ float2 cluster_slots[2][kMaxSplit];  // SPLIT: each block's row sums (two sets)
+    __shared__ std::uint64_t cluster_full[2];       // SPLIT: a set of slots is full
+    using V = Pack<T, VEC>;
+    const int rpb = blockDim.x / tpr;
+    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    int part = 0, parts = 1;  // this block's slice of each row, of `parts`
+    if constexpr (SPLIT) {
+        part = (int)cooperative_groups::this_cluster().block_rank();
+        parts = (int)cooperative_groups::this_cluster().num_blocks();
+    }
+    const long long unit = blockIdx.x / parts, units = gridDim.x / parts;  // of the persistent grid
+    const long long cols = p.cols / parts, c0 = (long long)part * cols;    // this block's columns
+    T* const stage_base = reinterpret_cast<T*>(stage_smem);
+    const long long stage_elems = (long long)(p.residual ? 2 : 1) * rpb * cols;
+    const long long groups = (p.rows + rpb - 1) / rpb;
+    const T* const tensors[2] = {p.x, p.residual};
+    T* const out_base = stage_base + stages * stage_elems;  // two buffers of y, rpb rows each
+    const long long out_elems = (long long)rpb * cols;
+    // This block's columns of the weight and bias, read once and kept (in shared memory: the
+    // stages leave L1 too small to keep them, and LayerNorm's would come from L2 every row).
+    W* const w_smem = reinterpret_cast<W*>(out_base + 2 * out_elems);
+    W* const b_smem = w_smem + (p.weight ? cols : 0);
+    const W* const w_kept = p.weight ? w_smem : nullptr;
+    const W* const b_kept = p.bias ? b_smem : nullptr;
+    auto fill = [&](int s, long long rg) {  // thread 0: row group rg -> stage s
+        stage_fill(stage_base + s * stage_elems, tensors, rg, rpb, p.rows, p.cols, c0, cols,
+                   &full[s]);
+    };
+    const unsigned affine_bytes = (unsigned)(cols * (long long)sizeof(W));
+    if (threadIdx.x == 0) {
+        stage_barriers_init(full, stages);
+        stage_barriers_init(&affine_full, 1);
+        if (SPLIT) stage_barriers_init(cluster_full, 2);
+        stage_expect(&affine_full, affine_bytes * ((p.weight ? 1 : 0) + (p.bias ? 1 : 0)));
+        if (p.weight) stage_copy(w_smem, p.weight + c0, affine_bytes, &affine_full);
+        if (p.bias) stage_copy(b_smem, p.bias + c0, affine_bytes, &affine_full);
+        for (int s = 0; s < stages && unit + (long long)s * units < groups; ++s)
+            fill(s, unit + (long long)s * units);
+    }
+    // SPLIT: no block may send its row sums before every block's barriers are initialised.
+    if constexpr (SPLIT)
+        cooperative_groups::this_cluster().sync();
+    else
+        __syncthreads();
+    stage_wait(&affine_full, 0);
+
+    // LayerNorm's shift, the row's first value as normalised: from the stage, or, for a split
+    // row (whose first value only block 0 has), from global memory one row group ahead.
+    auto shift_of = [&](long long rg) {
+        const long long row = rg * rpb + group;
+        return SPLIT && LAYER && row < p.rows ? row_first(p, row * p.cols) : 0.0f;
+    };
+    float shift_next = shift_of(unit);
+    int it = 0;
+    for (long long rg = unit; rg < groups; rg += units, ++it) {
+        const int s = it % stages;
+        float shift = shift_next;
+        shift_next = shift_of(rg + units);  // on its way while this group is worked on
+        const long long row = rg * rpb + group;
+        const bool active = row < p.rows;
+        const long long base = row * p.cols + c0;  // h_out
+        const T* stage = stage_base + s * stage_elems + (long long)group * cols;
+        const V* xs = reinterpret_cast<const V*>(stage);
+        const V* rs = reinterpret_cast<const V*>(stage + (long long)rpb * cols);
+        stage_wait(&full[s], (unsigned)(it / stages) & 1u);
+        if (LAYER && !SPLIT && active) {
+            shift = to_float(xs[0].v[0]);
+            if (p.residual) shift = to_float(from_float<T>(shift + to_float(rs[0].v[0])));
+        }
+        V h[ITEMS];
+        float a = 0.0f, q = 0.0f;  // RMSNorm: a = sum x^2; LayerNorm: sums of d, d^2
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int v = i * tpr + lane;
+            const long long col = (long long)v * VEC;
+            if (active && col < cols) {
+                h[i] = xs[v];
+                if (p.residual) {
+                    const V r = rs[v];
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k)
+                        h[i].v[k] = from_float<T>(to_float(h[i].v[k]) + to_float(r.v[k]));
+                    *reinterpret_cast<V*>(p.h_out + base + col) = h[i];  // normalise exactly h
+                }
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    const float d = to_float(h[i].v[k]) - shift;
+                    a += LAYER ? d : d * d;
+                    q += d * d;
+                }
+            }
+        }
+        __syncthreads();  // every thread has its share of stage s in registers: refill it
+        const long long refill = rg + (long long)stages * units;
+        if (threadIdx.x == 0 && refill < groups) fill(s, refill);
+        float2 sums = forward_row_sums<LAYER>(a, q, tpr, scratch);
+        if constexpr (SPLIT) sums = cluster_row_sums(sums, cluster_slots, cluster_full, it);
+        float mu, rstd;
+        row_statistics<LAYER>(sums, shift, 1.0f / (float)p.cols, p.eps, mu, rstd);
+        // y goes to output buffer it & 1, then out by one bulk copy; thread 0 made sure (below,
+        // two rows ago) that the copy out of this buffer two groups ago has read it.
+        T* const out = out_base + (it & 1) * out_elems;
+        if (active) {
+            if (part == 0 && lane == 0 && p.rstd) {
+                p.rstd[row] = rstd;
+                if (LAYER) p.mean[row] = mu;
+            }
+            V* const ys = reinterpret_cast<V*>(out + (long long)group * cols);
+#pragma unroll
+            for (int i = 0; i < ITEMS; ++i) {
+                const int v = i * tpr + lane;
+                if ((long long)v * VEC >= cols) continue;
+                float w[VEC], b[VEC];
+                load_affine<W, VEC>(w_kept, b_kept, p.zero_centered, (long long)v * VEC, w, b);
+                V y;
+#pragma unroll
+                for (int k = 0; k < VEC; ++k)
+                    y.v[k] = from_float<T>((to_float(h[i].v[k]) - mu) * rstd * w[k] + b[k]);
+                ys[v] = y;
+            }
+        }
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // visible to the copy engine
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const long long first = rg * rpb;
+            const unsigned bytes =
+                (unsigned)(std::min<long long>(rpb, p.rows - first) * cols * (long long)sizeof(T));
+            cuda::ptx::cp_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
+                                     p.y + first * p.cols + c0, out, bytes);
+            cuda::ptx::cp_async_bulk_commit_group();
+            // The copy out of the other buffer (the previous group) has read it: it can be
+            // written again next group (after that group's first barrier).
+            cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<1>{});
+        }
+    }
+    // Bulk copies read shared memory until they complete: the block waits for its last ones.
+    // (SPLIT: a block has received every block's sums of its last row before it gets here, so
+    // nothing can still be sent to its shared memory once it leaves.)
+    if (threadIdx.x == 0) cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+#else
+    (void)p, (void)tpr, (void)stages;
+    __trap();  // the host launches this only where the device code has it (staging_supported)
+#endif
 }
 
 // Waves ahead to prefetch. Measured on an H200 (bench_norm --sweep): one wave ahead helps bf16
@@ -248,6 +425,51 @@ void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
     FG_LAUNCH_CHECK();
 }
 
+// Staged forward: whether it can run here, and its launch.
+constexpr int kStagedForwardElems = 32;  // columns a staged thread holds (at most 4 vectors)
+// Rows of at least this many values are staged (NormTuning::forward_stage_cols = kAuto).
+// Measured on an H100 (bench_norm --sweep, docs/norms.md): at N = 1024 to 8192 the register
+// kernel, many blocks per SM, is 1-4 points of copy ahead (f32 93-94% against 89-92%); from
+// N = 16384, where it needs 1024-thread blocks or the looped kernel, staging is 5 to 23 points
+// ahead (f32 1024 x 32768: 84-85% against 61-62%).
+constexpr long long kForwardStageCols = 16384;
+// kAuto splits: a row a block can stage whole is not split; longer rows go in the fewest slices of
+// at most 2048 vectors (a 512-thread block holding four vectors a thread), else in fewer, never
+// in more: slices of 16 KiB measured 20-45 points below slices of 32 KiB on an H100 (every
+// slice's row waits for the cluster's sums; the shorter the slice, the more that wait counts).
+// A row whose plan does not fit is left to the register kernel.
+constexpr long long kForwardSliceVectors = 2048;
+
+bool staging_supported() {
+    static const bool ok =
+        staging_built_for((const void*)norm_forward_looped_kernel<float, float, 4, false>);
+    return ok;
+}
+
+template <typename T, typename W, int VEC, bool LAYER>
+void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan) {
+    auto launch = [&](auto items_tag) {
+        constexpr int kItems = decltype(items_tag)::value;
+        if constexpr (kItems <= 4) {
+            if (plan.split > 1) {
+                constexpr auto kernel = norm_forward_staged_kernel<T, W, VEC, kItems, LAYER, true>;
+                allow_dynamic_smem<kernel>(plan.smem);
+                launch_split<kernel>(p, plan, p.rows);
+            } else {
+                constexpr auto kernel = norm_forward_staged_kernel<T, W, VEC, kItems, LAYER, false>;
+                allow_dynamic_smem<kernel>(plan.smem);
+                const int rpb = plan.rows.rows_per_block();
+                const unsigned blocks = persistent_blocks((const void*)kernel, plan.rows.threads,
+                                                          plan.smem, (p.rows + rpb - 1) / rpb);
+                kernel<<<blocks, plan.rows.threads, plan.smem, stream()>>>(p, plan.rows.tpr,
+                                                                             plan.stages);
+            }
+        }
+    };
+    with_items(plan.rows.items, launch);
+    FG_LAUNCH_CHECK();
+}
+
 template <typename T, typename W>
 void forward_typed(const NormForwardArgs& a) {
     ForwardParams<T, W> p{a.rows, a.cols, a.eps, a.zero_centered,
@@ -259,11 +481,31 @@ void forward_typed(const NormForwardArgs& a) {
     for (const void* ptr : {a.x, a.residual, (const void*)a.h_out, (const void*)a.y})
         vector_ok = vector_ok && aligned_to(ptr, 16);
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
+    bool layer = a.kind == NormKind::layer;
+    const long long stage_from = g_tuning.forward_stage_cols == NormTuning::kAuto
+                                     ? kForwardStageCols
+                                     : g_tuning.forward_stage_cols;
+    if (vector_ok && a.cols >= stage_from && staging_supported()) {
+        const int streams = a.residual ? 2 : 1;
+        // Besides the stages: two buffers of y, and the block's slices of weight and bias.
+        auto extra = [&](const StagedLayout& l, long long slice_cols) {
+            const int affine = (a.weight ? 1 : 0) + (a.bias ? 1 : 0);
+            return 2 * l.stage_bytes / streams + affine * slice_cols * sizeof(W);
+        };
+        const StagedPlan plan = plan_staged(a.cols, sizeof(T), streams,
+                                            std::min(kStagedForwardElems, g_tuning.forward_elems),
+                                            kStagedForwardElems, kForwardSliceVectors, false,
+                                            extra);
+        if (plan.stages > 0) {
+            if (layer) launch_forward_staged<T, W, kVec, true>(p, plan);
+            else launch_forward_staged<T, W, kVec, false>(p, plan);
+            return;
+        }
+    }
     RowLayout l = row_layout(a.cols, sizeof(T), vector_ok,
                              std::min(kForwardElems, g_tuning.forward_elems),
                              64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(),
                              8);  // see forward_max_threads
-    bool layer = a.kind == NormKind::layer;
     if (vector_ok) {
         if (layer) launch_forward<T, W, kVec, true>(p, l);
         else launch_forward<T, W, kVec, false>(p, l);

@@ -277,7 +277,8 @@ TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 roundi
 TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
     // The tuning changes the launch (persistent grid size, elements per thread, 1024-thread rows,
     // the looped path, how far ahead rows are prefetched, rows staged in shared memory or held in
-    // registers, and how many per stage, rows split over clusters of 2, 4 or 8 blocks or not),
+    // registers, and how many per stage, in the backward and the forward, rows split over
+    // clusters of 2, 4 or 8 blocks or not),
     // never the math. Rows per block > 1, one row per block, rows split over a cluster, and the
     // looped path; M large enough that each persistent block loops over several row groups.
     REQUIRE(cuda_is_available());
@@ -290,6 +291,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.backward_elems = t == 2 ? 8 : t == 3 ? 4 : 16;
         k.stage_bytes = t == 0 ? 0 : t == 2 ? 8 * 1024 : t == 3 ? 16 * 1024 : k.stage_bytes;
         k.split_blocks = t == 1 ? 1 : t == 2 ? 4 : kernels::NormTuning::kAuto;
+        k.forward_stage_cols = t >= 2 ? 1 : kernels::NormTuning::kAuto;  // stage every row
         tunings.push_back(k);
     }
     struct Restore {  // the default tuning again, however this test ends
@@ -307,7 +309,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
             for (const kernels::NormTuning& t : tunings) {
                 INFO("tuning: threads/SM " << t.grid_threads_per_sm << ", elems " << t.forward_elems
                      << " / " << t.backward_elems << ", prefetch " << t.prefetch_distance
-                     << ", stage bytes " << t.stage_bytes << ", split " << t.split_blocks);
+                     << ", stage bytes " << t.stage_bytes << ", split " << t.split_blocks
+                     << ", forward staged from " << t.forward_stage_cols << " columns");
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
             }
