@@ -95,9 +95,10 @@ struct NormTuning {
     int forward_stage_cols = kAuto;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
-    // of more than 16 KiB, into the fewest slices of at most 16 KiB (norm_backward.cu); 1: never
-    // (rows too long for two stages then go to the register or looped kernels); 2, 4, 8: that
-    // many blocks (or more, where the slices would not fit), for every staged row.
+    // a block cannot stage well whole, into the fewest slices of at most 16 KiB in the backward
+    // (norm_backward.cu), of at most 32 KiB in the forward (norm_forward.cu); 1: never (rows
+    // too long for two stages then go to the register or looped kernels); 2, 4, 8: that many
+    // blocks (or more, where the slices would not fit), for every staged row.
     int split_blocks = kAuto;
     static constexpr int kAuto = -1;
 };

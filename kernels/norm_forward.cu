@@ -231,12 +231,16 @@ __global__ void __launch_bounds__(512, 2)
 // `stages` groups ahead; its threads take their vectors from the stage into registers (h = x + r
 // rounded to T, and written out, when the residual is fused) and hand the stage back for a later
 // group at once, before the row sums: the copy engine keeps loading while the threads reduce and
-// write y. Stage s of a block:   [ x: rpb rows | residual: rpb rows ]
+// write y. y goes out the same way: the threads write it into one of two output buffers and
+// thread 0 has the copy engine store it (cp.async.bulk shared -> global). The block's columns of
+// weight and bias are copied in once and kept. Dynamic shared memory of a block:
+//   [ stage 0 .. stage stages-1 | y buffer 0 | y buffer 1 | w' columns | b columns ]
+//   stage s: [ x: rpb rows | residual: rpb rows ];  y buffer: rpb rows
 // SPLIT: rows too long for a block are shared by the `parts` blocks of a cluster, block `part`
 // staging columns [part * cols, (part + 1) * cols) of every row its cluster takes (one row per
 // stage); the row sums are completed across the cluster (cluster_row_sums). LayerNorm's shift,
-// the row's first value, is read from global memory one row group ahead: every block of a
-// cluster shifts by the same value.
+// the row's first value, comes from the stage, or, for a split row (only block 0 stages that
+// value), from global memory one row group ahead, so that every block shifts by the same value.
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool SPLIT>
 __global__ void __launch_bounds__(512, 1)
     norm_forward_staged_kernel(ForwardParams<T, W> p, int tpr, int stages) {
@@ -305,7 +309,7 @@ __global__ void __launch_bounds__(512, 1)
         shift_next = shift_of(rg + units);  // on its way while this group is worked on
         const long long row = rg * rpb + group;
         const bool active = row < p.rows;
-        const long long base = row * p.cols + c0;  // h_out
+        const long long base = row * p.cols + c0;  // this block's slice of the row (for h_out)
         const T* stage = stage_base + s * stage_elems + (long long)group * cols;
         const V* xs = reinterpret_cast<const V*>(stage);
         const V* rs = reinterpret_cast<const V*>(stage + (long long)rpb * cols);
