@@ -216,8 +216,9 @@ __device__ __forceinline__ void stage_fill(T* stage, const T* const (&tensors)[n
     int streams = 0;
     for (int t = 0; t < n; ++t) streams += tensors[t] != nullptr;
     stage_expect(bar, bytes * streams);
-    for (int t = 0, s = 0; t < n; ++t)
-        if (tensors[t]) stage_copy(stage + (long long)(s++) * rpb * cols, tensors[t] + offset, bytes, bar);
+    for (int t = 0, s = 0; t < n; ++t)  // s: the tensor's place in the stage
+        if (tensors[t])
+            stage_copy(stage + (long long)(s++) * rpb * cols, tensors[t] + offset, bytes, bar);
 }
 
 // A row split over the blocks of a cluster (a slice of its columns each): each block's two
