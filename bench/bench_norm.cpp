@@ -7,9 +7,12 @@
 //              and backward through autograd
 // Bytes counted (KERNELS.md): forward 2 M N s, backward 3 M N s, s the element size; weights,
 // statistics and partial rows are overhead the kernel has to hide. LayerNorm has weight and bias,
-// RMSNorm a weight; weights f32.
-// Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]...
-//   --sweep: % of copy under several tunings; --shape: only these shapes (repeatable).
+// RMSNorm a weight; weights (and dw, db) f32, or with --weights input in the input's dtype (as
+// PyTorch's modules keep them).
+// Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]... [--weights f32|input]
+//   --sweep: % of copy under several tunings, after a copy of the forward's bytes (the ceiling
+//   of a pass that moves that little: launch, ramp-up and tail count for more);
+//   --shape: only these shapes (repeatable).
 #include <cstring>
 
 #include "bench_common.h"
@@ -48,7 +51,7 @@ Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tenso
 
 // Rows: fwd, bwd grid, bwd locked, and (with `unfused`) unfused fwd and bwd.
 std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind, DType dt,
-                             NormShape s, bool unfused = true) {
+                             DType wt, NormShape s, bool unfused = true) {
     const char* kname = kind == NormKind::rms ? "rmsnorm" : "layernorm";
     const double elem = static_cast<double>(dtype_size(dt));
     const double fwd_bytes = 2.0 * s.m * s.n * elem, bwd_bytes = 3.0 * s.m * s.n * elem;
@@ -58,21 +61,20 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 
     Tensor x = randn({s.m, s.n}, Device::cuda).to(dt);
     Tensor dy = randn({s.m, s.n}, Device::cuda).to(dt);
-    Tensor w = randn({s.n}, Device::cuda, nullptr, 1.0f, 0.1f);
-    Tensor b = randn({s.n}, Device::cuda, nullptr, 0.0f, 0.1f);
+    Tensor w = randn({s.n}, Device::cuda, nullptr, 1.0f, 0.1f).to(wt);
+    Tensor b = randn({s.n}, Device::cuda, nullptr, 0.0f, 0.1f).to(wt);
     Tensor y = Tensor::empty({s.m, s.n}, dt, Device::cuda),
            dx = Tensor::empty({s.m, s.n}, dt, Device::cuda);
     Tensor mean = Tensor::empty({s.m}, DType::f32, Device::cuda),
            rstd = Tensor::empty({s.m}, DType::f32, Device::cuda);
-    Tensor dw = Tensor::empty({s.n}, DType::f32, Device::cuda),
-           db = Tensor::empty({s.n}, DType::f32, Device::cuda);
+    Tensor dw = Tensor::empty({s.n}, wt, Device::cuda), db = Tensor::empty({s.n}, wt, Device::cuda);
     bool layer = kind == NormKind::layer;
     CudaBackend& cuda = cuda_backend("bench");
 
     kernels::NormForwardArgs f;
     f.kind = kind;
     f.x_type = scalar(dt);
-    f.w_type = kernels::ScalarType::f32;
+    f.w_type = scalar(wt);
     f.rows = s.m;
     f.cols = s.n;
     f.x = x.raw_data();
@@ -94,7 +96,7 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
         kernels::NormBackwardArgs a;
         a.kind = kind;
         a.x_type = scalar(dt);
-        a.w_type = kernels::ScalarType::f32;
+        a.w_type = scalar(wt);
         a.rows = s.m;
         a.cols = s.n;
         a.reduction = red;
@@ -116,7 +118,8 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
     if (!unfused) return rows;
     // Unfused: fusegrad's f32 ops (bf16 cast in and out, as a framework without the kernel would).
     Tensor xl = x.detach().set_requires_grad(true);  // the leaf, in the benchmark's dtype
-    Tensor wu = w.detach().set_requires_grad(true), bu = b.detach().set_requires_grad(true);
+    Tensor wu = cast(w.detach(), DType::f32).detach().set_requires_grad(true),
+           bu = cast(b.detach(), DType::f32).detach().set_requires_grad(true);
     Tensor out;
     auto forward = [&] {
         Tensor o = unfused_norm(kind, cast(xl, DType::f32), wu, bu);
@@ -137,21 +140,22 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 }
 
 // --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
-void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& shapes) {
+void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
+           const std::vector<NormShape>& shapes) {
     struct Knobs {
         int threads_per_sm, fwd_elems, bwd_elems, prefetch, stage_kib, split, fwd_stage_cols;
     };
     const int a = kernels::NormTuning::kAuto;
-    std::vector<Knobs> knobs{
-        {2048, 32, a, a, 32, a, a}, {2048, 32, a, a, 0, a, a},  {2048, 32, a, a, 32, a, 1},
-        {2048, 32, a, a, 16, a, 1}, {2048, 32, a, a, 48, a, 1}, {2048, 32, 16, a, 32, a, a},
-        {2048, 32, a, a, 32, 1, a}, {2048, 32, a, a, 32, 2, a}, {2048, 32, a, a, 32, 4, a},
-        {2048, 32, a, a, 32, 8, a}};
+    std::vector<Knobs> knobs{{2048, 32, a, a, 32, a, a}, {2048, 32, a, a, 0, a, a},
+                             {2048, 32, a, a, 32, a, 1}, {2048, 32, a, a, 16, a, 1},
+                             {2048, 32, a, a, 48, a, 1}, {2048, 32, 16, a, 32, a, a},
+                             {2048, 32, a, a, 32, 1, a}, {2048, 32, a, a, 32, 2, a},
+                             {2048, 32, a, a, 32, 4, a}, {2048, 32, a, a, 32, 8, a}};
     std::printf(
         "\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto), "
         "stage KiB (0: registers), split blocks (-1: auto, 1: never), forward staged from N "
-        "(-1: auto)\n%-22s",
-        "case");
+        "(-1: auto)\n%-22s %9s",
+        "case", "copy fwd");
     for (const Knobs& k : knobs)
         std::printf("  f/b %d,%d,%d,%d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems,
                     k.prefetch, k.stage_kib, k.split, k.fwd_stage_cols);
@@ -162,6 +166,8 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
                 std::printf("%-4s %-9s %-8s", dtype_name(dt),
                             kind == NormKind::rms ? "rms" : "layer",
                             (std::to_string(s.m) + "x" + std::to_string(s.n)).c_str());
+                const std::size_t bytes = (std::size_t)(s.m * s.n) * dtype_size(dt);
+                std::printf(" %9.1f", 100 * bench::copy_bandwidth_gbs(timer, bytes) / copy_gbs);
                 for (const Knobs& k : knobs) {
                     kernels::NormTuning t;
                     t.grid_threads_per_sm = k.threads_per_sm;
@@ -172,7 +178,8 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
                     t.split_blocks = k.split;
                     t.forward_stage_cols = k.fwd_stage_cols;
                     kernels::set_norm_tuning(t);
-                    std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt, s, false);
+                    std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt,
+                                                        weights_f32 ? DType::f32 : dt, s, false);
                     std::printf("           %5.1f / %5.1f", 100 * rows[0].ratio,
                                 100 * rows[1].ratio);
                 }
@@ -188,12 +195,20 @@ void sweep(bench::Timer& timer, double copy_gbs, const std::vector<NormShape>& s
 
 int main(int argc, char** argv) {
     std::string json = "bench_norm.json";
-    bool quick = false, do_sweep = false;
+    bool quick = false, do_sweep = false, weights_f32 = true;
     std::vector<NormShape> only;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
         if (std::strcmp(argv[i], "--sweep") == 0) do_sweep = true;
+        if (std::strcmp(argv[i], "--weights") == 0 && i + 1 < argc) {
+            weights_f32 = std::strcmp(argv[++i], "f32") == 0;
+            if (!weights_f32 && std::strcmp(argv[i], "input") != 0) {
+                std::fprintf(stderr, "bench_norm: --weights wants f32 or input (got '%s')\n",
+                             argv[i]);
+                return 2;
+            }
+        }
         if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
             long long m = 0, n = 0;
             if (std::sscanf(argv[++i], "%lldx%lld", &m, &n) != 2 || m < 1 || n < 1) {
@@ -206,7 +221,8 @@ int main(int argc, char** argv) {
     }
     try {
         const kernels::DeviceInfo& dev = kernels::device_info();
-        std::printf("bench_norm on %s (%d SMs)\n", dev.name.c_str(), dev.sm_count);
+        std::printf("bench_norm on %s (%d SMs), weights %s\n", dev.name.c_str(), dev.sm_count,
+                    weights_f32 ? "f32" : "in the input dtype");
         bench::Timer timer;
         double copy = bench::copy_bandwidth_gbs(timer, std::size_t(1) << 30);
         std::vector<Row> rows{
@@ -216,13 +232,14 @@ int main(int argc, char** argv) {
         if (quick) shapes = {{16384, 384}, {4096, 8192}};
         if (!only.empty()) shapes = only;
         if (do_sweep) {
-            sweep(timer, copy, shapes);
+            sweep(timer, copy, weights_f32, shapes);
             return 0;
         }
         for (DType dt : {DType::bf16, DType::f32})
             for (NormKind kind : {NormKind::layer, NormKind::rms})
                 for (NormShape s : shapes) {
-                    auto part = bench_shape(timer, copy, kind, dt, s);
+                    auto part =
+                        bench_shape(timer, copy, kind, dt, weights_f32 ? DType::f32 : dt, s);
                     rows.insert(rows.end(), part.begin(), part.end());
                 }
         bench::print_table(rows);

@@ -278,14 +278,9 @@ __global__ void __launch_bounds__(512, 1)
     const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     const float inv_n = 1.0f / (float)p.cols;
     const int streams = p.dh ? 3 : 2;
-    int part = 0, parts = 1;  // this block's slice of each row, of `parts`
-    if constexpr (SPLIT) {
-        part = (int)cooperative_groups::this_cluster().block_rank();
-        parts = (int)cooperative_groups::this_cluster().num_blocks();
-    }
-    const long long unit = blockIdx.x / parts, units = gridDim.x / parts;  // of the persistent grid
-    const long long cols = p.cols / parts, c0 = (long long)part * cols;    // this block's columns
-    const long long group_elems = (long long)rpb * cols;                   // per tensor and stage
+    const StagedPlace at = staged_place<SPLIT>(p.cols);  // this block's columns and place
+    const long long unit = at.unit, units = at.units, cols = at.cols, c0 = at.c0;
+    const long long group_elems = (long long)rpb * cols;  // per tensor and stage
     auto staged = [&](int s, int tensor) {
         return reinterpret_cast<T*>(stage_smem) + (long long)(s * streams + tensor) * group_elems;
     };
@@ -294,17 +289,7 @@ __global__ void __launch_bounds__(512, 1)
     auto fill = [&](int s, long long rg) {  // thread 0: row group rg -> stage s
         stage_fill(staged(s, 0), tensors, rg, rpb, p.rows, p.cols, c0, cols, &full[s]);
     };
-    if (threadIdx.x == 0) {
-        stage_barriers_init(full, stages);
-        if (SPLIT) stage_barriers_init(cluster_full, 2);
-        for (int s = 0; s < stages && unit + (long long)s * units < groups; ++s)
-            fill(s, unit + (long long)s * units);
-    }
-    // SPLIT: no block may send its row sums before every block's barriers are initialised.
-    if constexpr (SPLIT)
-        cooperative_groups::this_cluster().sync();
-    else
-        __syncthreads();
+    staged_start<SPLIT>(full, stages, cluster_full, at, groups, fill, [] {});
 
     auto weight = [&](long long col, float(&w)[VEC]) {
         float unused[VEC];

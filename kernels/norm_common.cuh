@@ -221,6 +221,50 @@ __device__ __forceinline__ void stage_fill(T* stage, const T* const (&tensors)[n
             stage_copy(stage + (long long)(s++) * rpb * cols, tensors[t] + offset, bytes, bar);
 }
 
+// Where a staged block works: columns [c0, c0 + cols) of every row it takes (its slice, `part` of
+// `parts`, of a row split over its cluster; unsplit: the whole row), and the unit `unit` of the
+// `units` of the persistent grid (clusters when split, else blocks), which takes the row groups
+// unit, unit + units, unit + 2 units, ...
+struct StagedPlace {
+    int part = 0, parts = 1;
+    long long unit = 0, units = 1, cols = 0, c0 = 0;
+};
+template <bool SPLIT>
+__device__ __forceinline__ StagedPlace staged_place(long long row_len) {
+    StagedPlace at;
+    if constexpr (SPLIT) {
+        at.part = (int)cooperative_groups::this_cluster().block_rank();
+        at.parts = (int)cooperative_groups::this_cluster().num_blocks();
+    }
+    at.unit = blockIdx.x / at.parts;
+    at.units = gridDim.x / at.parts;
+    at.cols = row_len / at.parts;
+    at.c0 = (long long)at.part * at.cols;
+    return at;
+}
+
+// A staged kernel's start, every thread: thread 0 initialises the stages' barriers (and, SPLIT,
+// the two of cluster_row_sums), has `more()` issue any copies of its own, and fills the stages
+// with the block's first row groups (fill(stage, row group)). No thread goes on before then, and
+// when SPLIT no block goes on before every block of its cluster has its barriers: none may send
+// its row sums to a barrier that is not initialised yet.
+template <bool SPLIT, typename Fill, typename More>
+__device__ __forceinline__ void staged_start(std::uint64_t* full, int stages,
+                                             std::uint64_t* cluster_full, const StagedPlace& at,
+                                             long long groups, Fill fill, More more) {
+    if (threadIdx.x == 0) {
+        stage_barriers_init(full, stages);
+        if (SPLIT) stage_barriers_init(cluster_full, 2);
+        more();
+        for (int s = 0; s < stages && at.unit + (long long)s * at.units < groups; ++s)
+            fill(s, at.unit + (long long)s * at.units);
+    }
+    if constexpr (SPLIT)
+        cooperative_groups::this_cluster().sync();
+    else
+        __syncthreads();
+}
+
 // A row split over the blocks of a cluster (a slice of its columns each): each block's two
 // partial row sums -> the row's, added in block-rank order by every block (so all of them get the
 // same bits). Block r's thread 0 sends its sums to slot r of every block of the cluster (itself

@@ -254,13 +254,9 @@ __global__ void __launch_bounds__(512, 1)
     using V = Pack<T, VEC>;
     const int rpb = blockDim.x / tpr;
     const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
-    int part = 0, parts = 1;  // this block's slice of each row, of `parts`
-    if constexpr (SPLIT) {
-        part = (int)cooperative_groups::this_cluster().block_rank();
-        parts = (int)cooperative_groups::this_cluster().num_blocks();
-    }
-    const long long unit = blockIdx.x / parts, units = gridDim.x / parts;  // of the persistent grid
-    const long long cols = p.cols / parts, c0 = (long long)part * cols;    // this block's columns
+    const StagedPlace at = staged_place<SPLIT>(p.cols);  // this block's columns and place
+    const int part = at.part;
+    const long long unit = at.unit, units = at.units, cols = at.cols, c0 = at.c0;
     T* const stage_base = reinterpret_cast<T*>(stage_smem);
     const long long stage_elems = (long long)(p.residual ? 2 : 1) * rpb * cols;
     const long long groups = (p.rows + rpb - 1) / rpb;
@@ -278,21 +274,12 @@ __global__ void __launch_bounds__(512, 1)
                    &full[s]);
     };
     const unsigned affine_bytes = (unsigned)(cols * (long long)sizeof(W));
-    if (threadIdx.x == 0) {
-        stage_barriers_init(full, stages);
+    staged_start<SPLIT>(full, stages, cluster_full, at, groups, fill, [&] {
         stage_barriers_init(&affine_full, 1);
-        if (SPLIT) stage_barriers_init(cluster_full, 2);
         stage_expect(&affine_full, affine_bytes * ((p.weight ? 1 : 0) + (p.bias ? 1 : 0)));
         if (p.weight) stage_copy(w_smem, p.weight + c0, affine_bytes, &affine_full);
         if (p.bias) stage_copy(b_smem, p.bias + c0, affine_bytes, &affine_full);
-        for (int s = 0; s < stages && unit + (long long)s * units < groups; ++s)
-            fill(s, unit + (long long)s * units);
-    }
-    // SPLIT: no block may send its row sums before every block's barriers are initialised.
-    if constexpr (SPLIT)
-        cooperative_groups::this_cluster().sync();
-    else
-        __syncthreads();
+    });
     stage_wait(&affine_full, 0);
 
     // LayerNorm's shift, the row's first value as normalised: from the stage, or, for a split

@@ -2,7 +2,10 @@
 // word). Nothing here launches a compute kernel.
 #include <cublas_v2.h>
 
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "device_error.cuh"
 #include "runtime.h"
@@ -55,9 +58,22 @@ const DeviceInfo& device_info() {
 }
 
 int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem) {
-    int blocks = 0;
-    FG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
-    return blocks > 0 ? blocks : 1;
+    // The occupancy query costs more than a launch and its answer never changes for a kernel,
+    // block size and shared memory: each is asked once.
+    using Key = std::tuple<const void*, int, std::size_t>;
+    static std::map<Key, int> known;
+    static std::mutex guard;
+    std::lock_guard<std::mutex> lock(guard);
+    auto [at, inserted] = known.try_emplace(Key{kernel, threads, smem}, 0);
+    if (inserted) {
+        int blocks = 0;
+        cudaError_t err =
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem);
+        if (err != cudaSuccess) known.erase(at);
+        FG_CUDA_CHECK(err);
+        at->second = blocks > 0 ? blocks : 1;
+    }
+    return at->second;
 }
 
 cudaStream_t stream() {

@@ -51,7 +51,8 @@ const DeviceInfo& device_info();
 
 // How many blocks of `kernel` (a __global__ function) with `threads` threads and `smem` bytes of
 // dynamic shared memory fit on one SM at once (registers, shared memory and thread limits): what
-// a persistent grid is sized from. At least 1.
+// a persistent grid is sized from. At least 1. Asked of the driver once per kernel, threads and
+// smem, then remembered (so ask after allowing the kernel that much dynamic shared memory).
 int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem);
 
 // The stream every fusegrad kernel, copy and cuBLAS call is queued on. One stream means the
