@@ -151,7 +151,8 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
                              {2048, 32, a, a, 48, a, 1}, {2048, 32, 16, a, 32, a, a},
                              {2048, 32, a, a, 32, 1, a}, {2048, 32, a, a, 32, 2, a},
                              {2048, 32, a, a, 32, 4, a}, {2048, 32, a, a, 32, 8, a},
-                             {2048, 16, a, a, 32, a, a}, {2048, 8, a, a, 32, a, a}};
+                             {2048, 16, a, a, 32, a, a}, {2048, 8, a, a, 32, a, a},
+                             {2048, 32, a, 0, 32, a, a}, {2048, 32, a, 2, 32, a, a}};
     std::printf(
         "\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto), "
         "stage KiB (0: registers), split blocks (-1: auto, 1: never), forward staged from N "
