@@ -580,6 +580,12 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
         int threads_per_sm =
             std::min(norm_tuning().grid_threads_per_sm, device_info().max_threads_per_sm);
         long long per_sm = std::max(1, threads_per_sm / l.threads);
+        // Staged blocks are held back by shared memory first (one an SM at most stage sizes):
+        // an upper bound that ignores static and reserved shared memory, so never below what
+        // the launch's occupancy query finds (the launch takes at most plan.blocks).
+        if (plan.smem > 0)
+            per_sm = std::min<long long>(
+                per_sm, std::max<long long>(1, device_info().smem_per_sm / (long long)plan.smem));
         plan.blocks =
             std::min<long long>(groups, per_sm * device_info().sm_count / plan.staged.split);
         plan.partial_rows = (int)std::max(1LL, plan.blocks);

@@ -51,6 +51,7 @@ const DeviceInfo& device_info() {
         d.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
         d.compute_major = prop.major;
         d.smem_per_block_optin = (int)prop.sharedMemPerBlockOptin;
+        d.smem_per_sm = (int)prop.sharedMemPerMultiprocessor;
         d.total_bytes = prop.totalGlobalMem;
         return d;
     }();

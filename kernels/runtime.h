@@ -45,6 +45,7 @@ struct DeviceInfo {
     int max_threads_per_sm = 0;
     int compute_major = 0;          // compute capability, e.g. 9 for Hopper
     int smem_per_block_optin = 0;   // the most dynamic + static shared memory a block may opt into
+    int smem_per_sm = 0;            // shared memory of one SM, shared by its resident blocks
     std::size_t total_bytes = 0;
 };
 const DeviceInfo& device_info();
