@@ -269,10 +269,7 @@ __global__ void __launch_bounds__(512, 1)
     norm_backward_staged_kernel(BackwardParams<T, W> p, int tpr, int stages) {
 #ifdef FG_NORM_STAGED
     extern __shared__ __align__(128) unsigned char stage_smem[];
-    __shared__ std::uint64_t full[kMaxStages];
-    __shared__ float scratch[64];
-    __shared__ float2 cluster_slots[2][kMaxSplit];  // SPLIT: each block's row sums (two sets)
-    __shared__ std::uint64_t cluster_full[2];       // SPLIT: a set of slots is full
+    __shared__ StagedSync sync;
     using V = Pack<T, VEC>;
     const int rpb = blockDim.x / tpr;
     const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
@@ -287,9 +284,9 @@ __global__ void __launch_bounds__(512, 1)
     const long long groups = (p.rows + rpb - 1) / rpb;
     const T* const tensors[3] = {p.x, p.dy, p.dh};
     auto fill = [&](int s, long long rg) {  // thread 0: row group rg -> stage s
-        stage_fill(staged(s, 0), tensors, rg, rpb, p.rows, p.cols, c0, cols, &full[s]);
+        stage_fill(staged(s, 0), tensors, rg, rpb, p.rows, p.cols, c0, cols, &sync.full[s]);
     };
-    staged_start<SPLIT>(full, stages, cluster_full, at, groups, fill, [] {});
+    staged_start<SPLIT>(sync, stages, at, groups, fill, [] {});
 
     auto weight = [&](long long col, float(&w)[VEC]) {
         float unused[VEC];
@@ -324,7 +321,7 @@ __global__ void __launch_bounds__(512, 1)
         const V* xs = reinterpret_cast<const V*>(staged(s, 0) + (long long)group * cols);
         const V* dys = reinterpret_cast<const V*>(staged(s, 1) + (long long)group * cols);
         const V* dhs = reinterpret_cast<const V*>(staged(s, 2) + (long long)group * cols);
-        stage_wait(&full[s], (unsigned)(it / stages) & 1u);
+        stage_wait(&sync.full[s], (unsigned)(it / stages) & 1u);
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
@@ -349,8 +346,9 @@ __global__ void __launch_bounds__(512, 1)
                 }
             }
         }
-        float2 sums = row_sums<LAYER>(s1, s2, tpr, scratch);
-        if constexpr (SPLIT) sums = cluster_row_sums(sums, cluster_slots, cluster_full, it);
+        float2 sums = row_sums<LAYER>(s1, s2, tpr, sync.scratch);
+        if constexpr (SPLIT)
+            sums = cluster_row_sums(sums, sync.cluster_slots, sync.cluster_full, it);
         const float c1 = sums.x * inv_n, c2 = sums.y * inv_n;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {

@@ -243,18 +243,27 @@ __device__ __forceinline__ StagedPlace staged_place(long long row_len) {
     return at;
 }
 
+// The static shared memory of every staged kernel (declared `__shared__ StagedSync sync;`): the
+// stages' barriers, the scratch of the row sums (group_sum2), and, for SPLIT rows, the slots and
+// barriers of cluster_row_sums (each block's row sums, two sets).
+struct StagedSync {
+    std::uint64_t full[kMaxStages];  // stage s holds its row group
+    std::uint64_t cluster_full[2];   // SPLIT: a set of slots is full
+    float2 cluster_slots[2][kMaxSplit];
+    float scratch[64];
+};
+
 // A staged kernel's start, every thread: thread 0 initialises the stages' barriers (and, SPLIT,
 // the two of cluster_row_sums), has `more()` issue any copies of its own, and fills the stages
 // with the block's first row groups (fill(stage, row group)). No thread goes on before then, and
 // when SPLIT no block goes on before every block of its cluster has its barriers: none may send
 // its row sums to a barrier that is not initialised yet.
 template <bool SPLIT, typename Fill, typename More>
-__device__ __forceinline__ void staged_start(std::uint64_t* full, int stages,
-                                             std::uint64_t* cluster_full, const StagedPlace& at,
+__device__ __forceinline__ void staged_start(StagedSync& sync, int stages, const StagedPlace& at,
                                              long long groups, Fill fill, More more) {
     if (threadIdx.x == 0) {
-        stage_barriers_init(full, stages);
-        if (SPLIT) stage_barriers_init(cluster_full, 2);
+        stage_barriers_init(sync.full, stages);
+        if (SPLIT) stage_barriers_init(sync.cluster_full, 2);
         more();
         for (int s = 0; s < stages && at.unit + (long long)s * at.units < groups; ++s)
             fill(s, at.unit + (long long)s * at.units);

@@ -246,11 +246,8 @@ __global__ void __launch_bounds__(512, 1)
     norm_forward_staged_kernel(ForwardParams<T, W> p, int tpr, int stages) {
 #ifdef FG_NORM_STAGED
     extern __shared__ __align__(128) unsigned char stage_smem[];
-    __shared__ std::uint64_t full[kMaxStages];
+    __shared__ StagedSync sync;
     __shared__ std::uint64_t affine_full;  // the block's slices of weight and bias have landed
-    __shared__ float scratch[64];
-    __shared__ float2 cluster_slots[2][kMaxSplit];  // SPLIT: each block's row sums (two sets)
-    __shared__ std::uint64_t cluster_full[2];       // SPLIT: a set of slots is full
     using V = Pack<T, VEC>;
     const int rpb = blockDim.x / tpr;
     const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
@@ -271,10 +268,10 @@ __global__ void __launch_bounds__(512, 1)
     const W* const b_kept = p.bias ? b_smem : nullptr;
     auto fill = [&](int s, long long rg) {  // thread 0: row group rg -> stage s
         stage_fill(stage_base + s * stage_elems, tensors, rg, rpb, p.rows, p.cols, c0, cols,
-                   &full[s]);
+                   &sync.full[s]);
     };
     const unsigned affine_bytes = (unsigned)(cols * (long long)sizeof(W));
-    staged_start<SPLIT>(full, stages, cluster_full, at, groups, fill, [&] {
+    staged_start<SPLIT>(sync, stages, at, groups, fill, [&] {
         stage_barriers_init(&affine_full, 1);
         stage_expect(&affine_full, affine_bytes * ((p.weight ? 1 : 0) + (p.bias ? 1 : 0)));
         if (p.weight) stage_copy(w_smem, p.weight + c0, affine_bytes, &affine_full);
@@ -300,7 +297,7 @@ __global__ void __launch_bounds__(512, 1)
         const T* stage = stage_base + s * stage_elems + (long long)group * cols;
         const V* xs = reinterpret_cast<const V*>(stage);
         const V* rs = reinterpret_cast<const V*>(stage + (long long)rpb * cols);
-        stage_wait(&full[s], (unsigned)(it / stages) & 1u);
+        stage_wait(&sync.full[s], (unsigned)(it / stages) & 1u);
         if (LAYER && !SPLIT && active) {
             shift = to_float(xs[0].v[0]);
             if (p.residual) shift = to_float(from_float<T>(shift + to_float(rs[0].v[0])));
@@ -331,8 +328,9 @@ __global__ void __launch_bounds__(512, 1)
         __syncthreads();  // every thread has its share of stage s in registers: refill it
         const long long refill = rg + (long long)stages * units;
         if (threadIdx.x == 0 && refill < groups) fill(s, refill);
-        float2 sums = forward_row_sums<LAYER>(a, q, tpr, scratch);
-        if constexpr (SPLIT) sums = cluster_row_sums(sums, cluster_slots, cluster_full, it);
+        float2 sums = forward_row_sums<LAYER>(a, q, tpr, sync.scratch);
+        if constexpr (SPLIT)
+            sums = cluster_row_sums(sums, sync.cluster_slots, sync.cluster_full, it);
         float mu, rstd;
         row_statistics<LAYER>(sums, shift, 1.0f / (float)p.cols, p.eps, mu, rstd);
         // y goes to output buffer it & 1, then out by one bulk copy; thread 0 made sure (below,
