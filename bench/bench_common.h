@@ -1,6 +1,9 @@
 // bench/bench_common.h: what every GPU benchmark shares: CUDA-event timing on fusegrad's stream,
 // the median of many repetitions, an L2 flush before each one (a write of twice the L2 size, so
 // every repetition starts cold as in training), and the copy bandwidth to compare against.
+// Before each repetition's start event the GPU spins for 200 us (kernels::busy_wait) while the
+// host queues the repetition's launches: what is timed is the GPU's work, not the host's cost
+// of launching it (bench/norm_torch.py does the same for PyTorch).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,6 +47,7 @@ public:
         for (int i = 0; i < reps; ++i) {
             if (setup) setup();
             FG_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xff, flush_bytes_, s));
+            kernels::busy_wait(kHostLeadUs);  // the launches below are queued before it ends
             FG_CUDA_CHECK(cudaEventRecord(start_, s));
             fn();
             FG_CUDA_CHECK(cudaEventRecord(stop_, s));
@@ -57,6 +61,7 @@ public:
     }
 
 private:
+    static constexpr double kHostLeadUs = 200.0;
     cudaEvent_t start_, stop_;
     void* flush_ = nullptr;
     std::size_t flush_bytes_ = 0;

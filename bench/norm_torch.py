@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/norm_torch.py: PyTorch's LayerNorm / RMSNorm (eager and torch.compile) on the shapes of
-bench_norm, timed the same way (CUDA events, median, L2 flushed before every repetition), so that
+bench_norm, timed the same way (CUDA events, median, L2 flushed before every repetition, the host's
+launches queued behind a GPU spin before the start event), so that
 bench/norm_report.py can print both side by side. Writes JSON.
 
 Usage: python3 bench/norm_torch.py [--json PATH] [--quick] [--no-compile]
@@ -12,6 +13,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
+HOST_LEAD_CYCLES = 2_000_000  # GPU clock cycles: about 1 ms at 2 GHz
 SHAPES = [(16384, 384), (32768, 1024), (8192, 4096), (4096, 8192), (2048, 16384), (1024, 32768)]
 QUICK = [(16384, 384), (4096, 8192)]
 
@@ -29,6 +31,9 @@ class Timer:
             self.flush.zero_()
             start = torch.cuda.Event(enable_timing=True)
             stop = torch.cuda.Event(enable_timing=True)
+            # The GPU spins (about 1 ms) while the host queues fn's launches: the event pair
+            # times the GPU's work, not Python's and torch.compile's cost of launching it.
+            torch.cuda._sleep(HOST_LEAD_CYCLES)
             start.record()
             fn()
             stop.record()

@@ -127,6 +127,22 @@ void memset_device(void* dst, int byte, std::size_t bytes) {
     FG_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream()));
 }
 
+namespace {
+// Spins until the GPU's global timer (nanoseconds) has moved `ns` on.
+__global__ void busy_wait_kernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+}  // namespace
+
+void busy_wait(double microseconds) {
+    busy_wait_kernel<<<1, 1, 0, stream()>>>((unsigned long long)(microseconds * 1e3));
+    FG_LAUNCH_CHECK();
+}
+
 DeviceErrorRecord* device_error_record() {
     static DeviceErrorRecord* record = [] {
         void* ptr = nullptr;

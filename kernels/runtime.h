@@ -67,6 +67,10 @@ void copy_host_to_device(void* dst, const void* src, std::size_t bytes);
 void copy_device_to_host(void* dst, const void* src, std::size_t bytes);  // synchronises
 void copy_device_to_device(void* dst, const void* src, std::size_t bytes);
 void memset_device(void* dst, int byte, std::size_t bytes);
+// Keeps the stream busy for about `microseconds` (one thread spinning on the GPU's clock):
+// benchmarks queue it before a timed region, so that the host has queued all of the region's
+// launches before its start event is reached and host-side launch cost is not timed.
+void busy_wait(double microseconds);
 
 // Kernels that find bad input (an index out of range) record the first such event here instead of
 // trapping; the host reads it at its next synchronisation and throws with the op's name.
