@@ -10,9 +10,10 @@
 // RMSNorm a weight; weights (and dw, db) f32, or with --weights input in the input's dtype (as
 // PyTorch's modules keep them).
 // Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]... [--weights f32|input]
+//                   [--dtype bf16|f32] [--norm layernorm|rmsnorm]
 //   --sweep: % of copy under several tunings, after a copy of the forward's bytes (the ceiling
 //   of a pass that moves that little: launch, ramp-up and tail count for more);
-//   --shape: only these shapes (repeatable).
+//   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm.
 #include <cstring>
 
 #include "bench_common.h"
@@ -49,9 +50,10 @@ Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tenso
     return add(mul(mul(xc, rsqrt(add(var, eps))), w), b);
 }
 
-// Rows: fwd, bwd grid, bwd locked, and (with `unfused`) unfused fwd and bwd.
+// Rows: fwd, bwd grid, bwd locked (unless `locked` is false), and (with `unfused`) unfused fwd and
+// bwd.
 std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind, DType dt,
-                             DType wt, NormShape s, bool unfused = true) {
+                             DType wt, NormShape s, bool unfused = true, bool locked = true) {
     const char* kname = kind == NormKind::rms ? "rmsnorm" : "layernorm";
     const double elem = static_cast<double>(dtype_size(dt));
     const double fwd_bytes = 2.0 * s.m * s.n * elem, bwd_bytes = 3.0 * s.m * s.n * elem;
@@ -93,6 +95,7 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 
     cuda.norm_forward(f);  // statistics for the backward
     for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
+        if (red == NormReduction::locked && !locked) continue;
         kernels::NormBackwardArgs a;
         a.kind = kind;
         a.x_type = scalar(dt);
@@ -141,49 +144,51 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 
 // --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
 void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
-           const std::vector<NormShape>& shapes) {
-    struct Knobs {
-        int threads_per_sm, fwd_elems, bwd_elems, prefetch, stage_kib, split, fwd_stage_cols;
+           const std::vector<NormShape>& shapes, const std::vector<DType>& dtypes,
+           const std::vector<NormKind>& kinds) {
+    using Tuning = kernels::NormTuning;
+    struct Column {
+        std::string name;
+        Tuning tuning;
     };
-    const int a = kernels::NormTuning::kAuto;
-    std::vector<Knobs> knobs{{2048, 32, a, a, 32, a, a}, {2048, 32, a, a, 0, a, a},
-                             {2048, 32, a, a, 32, a, 1}, {2048, 32, a, a, 16, a, 1},
-                             {2048, 32, a, a, 48, a, 1}, {2048, 32, 16, a, 32, a, a},
-                             {2048, 32, a, a, 32, 1, a}, {2048, 32, a, a, 32, 2, a},
-                             {2048, 32, a, a, 32, 4, a}, {2048, 32, a, a, 32, 8, a},
-                             {2048, 16, a, a, 32, a, a}, {2048, 8, a, a, 32, a, a},
-                             {2048, 32, a, 0, 32, a, a}, {2048, 32, a, 2, 32, a, a}};
-    std::printf(
-        "\nsweep: %% of copy; columns: threads/SM, fwd elems, bwd elems, prefetch (-1: auto), "
-        "stage KiB (0: registers), split blocks (-1: auto, 1: never), forward staged from N "
-        "(-1: auto)\n%-22s %9s",
-        "case", "copy fwd");
-    for (const Knobs& k : knobs)
-        std::printf("  f/b %d,%d,%d,%d,%d,%d,%d", k.threads_per_sm, k.fwd_elems, k.bwd_elems,
-                    k.prefetch, k.stage_kib, k.split, k.fwd_stage_cols);
+    std::vector<Column> columns;
+    auto column = [&](std::string name, auto change) {
+        Tuning t;
+        change(t);
+        columns.push_back({std::move(name), t});
+    };
+    column("auto", [](Tuning&) {});
+    column("registers", [](Tuning& t) { t.stage_bytes = 0; });
+    column("staged", [](Tuning& t) { t.forward_stage_cols = 1; });
+    column("row vec 8", [](Tuning& t) { t.forward_row_vectors = 8; });
+    column("row vec 2", [](Tuning& t) { t.forward_row_vectors = 2; });
+    for (int vectors : {1, 2, 4, 8})
+        for (int threads : {256, 512, 1024})
+            column("loop " + std::to_string(threads) + "x" + std::to_string(vectors),
+                   [&](Tuning& t) {
+                       t.forward_loop_cols = 1;
+                       t.forward_loop_threads = threads;
+                       t.forward_loop_vectors = vectors;
+                   });
+    column("prefetch 0", [](Tuning& t) { t.prefetch_distance = 0; });
+    std::printf("\nsweep: %% of copy, fwd / bwd (b), under these tunings (auto: the defaults; "
+                "loop TxV: every row looped, T threads, V vectors a step):\n%-22s %9s",
+                "case", "copy fwd");
+    for (const Column& c : columns) std::printf(" %15s", c.name.c_str());
     std::printf("\n");
-    for (DType dt : {DType::bf16, DType::f32}) {
-        for (NormKind kind : {NormKind::layer, NormKind::rms}) {
+    for (DType dt : dtypes) {
+        for (NormKind kind : kinds) {
             for (NormShape s : shapes) {
                 std::printf("%-4s %-9s %-8s", dtype_name(dt),
                             kind == NormKind::rms ? "rms" : "layer",
                             (std::to_string(s.m) + "x" + std::to_string(s.n)).c_str());
                 const std::size_t bytes = (std::size_t)(s.m * s.n) * dtype_size(dt);
                 std::printf(" %9.1f", 100 * bench::copy_bandwidth_gbs(timer, bytes) / copy_gbs);
-                for (const Knobs& k : knobs) {
-                    kernels::NormTuning t;
-                    t.grid_threads_per_sm = k.threads_per_sm;
-                    t.forward_elems = k.fwd_elems;
-                    t.backward_elems = k.bwd_elems;
-                    t.prefetch_distance = k.prefetch;
-                    t.stage_bytes = k.stage_kib * 1024;
-                    t.split_blocks = k.split;
-                    t.forward_stage_cols = k.fwd_stage_cols;
-                    kernels::set_norm_tuning(t);
-                    std::vector<Row> rows = bench_shape(timer, copy_gbs, kind, dt,
-                                                        weights_f32 ? DType::f32 : dt, s, false);
-                    std::printf("           %5.1f / %5.1f", 100 * rows[0].ratio,
-                                100 * rows[1].ratio);
+                for (const Column& c : columns) {
+                    kernels::set_norm_tuning(c.tuning);
+                    std::vector<Row> rows = bench_shape(
+                        timer, copy_gbs, kind, dt, weights_f32 ? DType::f32 : dt, s, false, false);
+                    std::printf("   %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
                 }
                 std::printf("\n");
                 std::fflush(stdout);
@@ -199,6 +204,8 @@ int main(int argc, char** argv) {
     std::string json = "bench_norm.json";
     bool quick = false, do_sweep = false, weights_f32 = true;
     std::vector<NormShape> only;
+    std::vector<DType> dtypes{DType::bf16, DType::f32};
+    std::vector<NormKind> kinds{NormKind::layer, NormKind::rms};
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -210,6 +217,23 @@ int main(int argc, char** argv) {
                              argv[i]);
                 return 2;
             }
+        }
+        if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            const char* d = argv[++i];
+            if (std::strcmp(d, "bf16") != 0 && std::strcmp(d, "f32") != 0) {
+                std::fprintf(stderr, "bench_norm: --dtype wants bf16 or f32 (got '%s')\n", d);
+                return 2;
+            }
+            dtypes = {std::strcmp(d, "bf16") == 0 ? DType::bf16 : DType::f32};
+        }
+        if (std::strcmp(argv[i], "--norm") == 0 && i + 1 < argc) {
+            const char* k = argv[++i];
+            if (std::strcmp(k, "layernorm") != 0 && std::strcmp(k, "rmsnorm") != 0) {
+                std::fprintf(stderr, "bench_norm: --norm wants layernorm or rmsnorm (got '%s')\n",
+                             k);
+                return 2;
+            }
+            kinds = {std::strcmp(k, "rmsnorm") == 0 ? NormKind::rms : NormKind::layer};
         }
         if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
             long long m = 0, n = 0;
@@ -234,11 +258,11 @@ int main(int argc, char** argv) {
         if (quick) shapes = {{16384, 384}, {4096, 8192}};
         if (!only.empty()) shapes = only;
         if (do_sweep) {
-            sweep(timer, copy, weights_f32, shapes);
+            sweep(timer, copy, weights_f32, shapes, dtypes, kinds);
             return 0;
         }
-        for (DType dt : {DType::bf16, DType::f32})
-            for (NormKind kind : {NormKind::layer, NormKind::rms})
+        for (DType dt : dtypes)
+            for (NormKind kind : kinds)
                 for (NormShape s : shapes) {
                     auto part =
                         bench_shape(timer, copy, kind, dt, weights_f32 ? DType::f32 : dt, s);

@@ -93,6 +93,18 @@ struct NormTuning {
     // The forward stages rows of at least this many values (shorter rows: the register kernel).
     // kAuto: 16384, where staging measured faster on an H100 (norm_forward.cu).
     int forward_stage_cols = kAuto;
+    // The forward streams rows of at least this many values through the looped kernel (the row
+    // read twice, the second time from L2) instead of holding them in registers or staging them.
+    // kAuto: norm_forward.cu's measured rule. Rows too long for registers that are not staged are
+    // looped whatever this says.
+    int forward_loop_cols = kAuto;
+    // Threads of a looped forward block (a power of two, 32 to 1024), and the 16-byte vectors
+    // each of them has in flight per step (1, 2, 4 or 8). kAuto: norm_forward.cu's measured rule.
+    int forward_loop_threads = kAuto;
+    int forward_loop_vectors = kAuto;
+    // Vectors a forward thread aims to hold when the row is held in registers (fewer threads a
+    // row, more work each); kAuto: 4.
+    int forward_row_vectors = kAuto;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
     // a block cannot stage well whole, into the fewest slices of at most 16 KiB in the backward

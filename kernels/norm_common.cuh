@@ -123,6 +123,39 @@ __device__ __forceinline__ float2 group_sum2(float2 v, int tpr, float* scratch) 
     return s;
 }
 
+// Loads of a row that is read twice (the looped forward): the first read asks L2 to keep the
+// lines (evict_last), so that the second still finds them there; the second marks them as last
+// used (ld.global.cs, evict first). 16-byte packs carry the hint; smaller ones load plainly.
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_pack_keep(const T* p) {
+    if constexpr (sizeof(Pack<T, VEC>) == 16) {
+        std::uint64_t policy;
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+        uint4 r;
+        asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(__cvta_generic_to_global(p)), "l"(policy)
+                     : "memory");
+        Pack<T, VEC> out;
+        static_assert(sizeof(out) == sizeof(r));
+        memcpy(&out, &r, sizeof(r));
+        return out;
+    } else {
+        return *reinterpret_cast<const Pack<T, VEC>*>(p);
+    }
+}
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_pack_last_use(const T* p) {
+    if constexpr (sizeof(Pack<T, VEC>) == 16) {
+        const uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
+        Pack<T, VEC> out;
+        memcpy(&out, &r, sizeof(r));
+        return out;
+    } else {
+        return *reinterpret_cast<const Pack<T, VEC>*>(p);
+    }
+}
+
 // Asks the memory system to start bringing bytes [p, p + bytes) into L2 and returns at once: a
 // hint that reads nothing into registers and makes no one wait, so a persistent block can have its
 // next rows on the way while it works on this one. The range is shrunk inward to 16-byte
@@ -321,9 +354,10 @@ struct RowLayout {
 // max_elems: register budget per thread (elements of x held at once). Rows take at most 512
 // threads; when 512 threads cannot hold the row, 1024 if that brings a thread's share down to at
 // most wide_items vectors and wide_bytes bytes (the kernels instantiated for so small a share are
-// built for 1024 threads; 1024-thread blocks measured slower where 512 suffice).
+// built for 1024 threads; 1024-thread blocks measured slower where 512 suffice). target_items:
+// the vectors a thread aims to hold when the register budget allows.
 inline RowLayout row_layout(long long cols, int elem_bytes, bool vector_ok, int max_elems,
-                            int wide_bytes, int wide_items) {
+                            int wide_bytes, int wide_items, int target_items = 4) {
     RowLayout l;
     l.vec = vector_ok ? 16 / elem_bytes : 1;
     long long nvec = (cols + l.vec - 1) / l.vec;
@@ -335,10 +369,10 @@ inline RowLayout row_layout(long long cols, int elem_bytes, bool vector_ok, int 
         while (it < items) it *= 2;
         return it;
     };
-    // Aim for about 4 vectors per thread (enough loads in flight, few idle lanes), then widen the
-    // row to more threads while a thread would have to hold more than its register budget.
+    // Aim for about target_items vectors per thread (4: enough loads in flight, few idle lanes),
+    // then widen the row to more threads while a thread would hold more than its register budget.
     auto too_long = [&](int tpr) { return (nvec + tpr - 1) / tpr > max_items; };
-    long long want = (nvec + 3) / 4;
+    long long want = (nvec + target_items - 1) / target_items;
     int tpr = 4;
     while (tpr < want && tpr < 512) tpr *= 2;
     while (too_long(tpr) && tpr < 512) tpr *= 2;
@@ -371,6 +405,11 @@ struct StagedLayout {
 inline long long pow2_ceil(long long v) {
     long long p = 1;
     while (p < v) p *= 2;
+    return p;
+}
+inline long long pow2_floor(long long v) {  // 1 for v < 1
+    long long p = 1;
+    while (p * 2 <= v) p *= 2;
     return p;
 }
 

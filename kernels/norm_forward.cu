@@ -6,6 +6,7 @@
 // holds its row in registers and has the rows of a block one wave later brought into L2. Rows
 // too long for registers take the looped kernel, which reads the row twice (mostly from L2).
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "norm_common.cuh"
@@ -48,22 +49,15 @@ __device__ __forceinline__ void load_input_pack(const ForwardParams<T, W>& p, lo
     }
 }
 
-// The same, converted to fp32 (the looped kernel).
+// The looped kernel's first read of a vector: x asked to stay in L2 for the second read, or, with
+// the residual fused, x + r rounded to T and stored as h (which the second pass reads back).
 template <typename T, typename W, int VEC>
-__device__ __forceinline__ void load_input(const ForwardParams<T, W>& p, long long offset,
-                                           float (&v)[VEC]) {
-    load_vec<T, VEC>(p.x + offset, v);
-    if (p.residual) {
-        float r[VEC];
-        load_vec<T, VEC>(p.residual + offset, r);
-        Pack<T, VEC> h;
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-            h.v[k] = from_float<T>(v[k] + r[k]);
-            v[k] = to_float(h.v[k]);  // normalise exactly the h that is returned
-        }
-        *reinterpret_cast<Pack<T, VEC>*>(p.h_out + offset) = h;
-    }
+__device__ __forceinline__ Pack<T, VEC> load_input_keep(const ForwardParams<T, W>& p,
+                                                        long long offset) {
+    if (!p.residual) return load_pack_keep<T, VEC>(p.x + offset);
+    Pack<T, VEC> h;
+    load_input_pack<T, W, VEC>(p, offset, h);
+    return h;
 }
 
 // The row's first value as normalised (h when the residual is fused), for the shifted sums.
@@ -186,29 +180,44 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     }
 }
 
-// Long rows: one block per row, the row streamed in chunks of threads * VEC: one pass for the
-// statistics, one to write y (reading x, or h, again: mostly from L2).
-template <typename T, typename W, int VEC, bool LAYER>
-__global__ void __launch_bounds__(512, 2)
+// Rows streamed twice through one block (rows too long for registers, and rows where this
+// measured faster): the row goes by in steps of blockDim * VEC * UNROLL values, a thread having
+// UNROLL vectors in flight at once. Pass one reads x (adding the residual and writing h, if
+// fused) for the statistics, asking L2 to keep the lines; pass two reads x (or h) again, mostly
+// from L2, marks the lines as last used and writes y.
+template <typename T, typename W, int VEC, int UNROLL, bool LAYER>
+__global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
     norm_forward_looped_kernel(ForwardParams<T, W> p, long long prefetch_ahead) {
     __shared__ float scratch[64];
     prefetch_forward(p, prefetch_ahead, 1);
     const long long row = blockIdx.x;
     const long long base = row * p.cols;
-    const long long step = (long long)blockDim.x * VEC;
+    const long long step = (long long)blockDim.x * VEC;  // one vector of every thread
+    const long long first = (long long)threadIdx.x * VEC;
     const T* src = p.residual ? p.h_out : p.x;  // after the first pass, read h back
     const float shift = LAYER ? row_first(p, base) : 0.0f;
     float s = 0.0f, q = 0.0f;  // RMSNorm: s = sum x^2; LayerNorm: s, q = sums of d, d^2, d = x - shift
-    for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
-        float v[VEC];
-        load_input<T, W, VEC>(p, base + col, v);
+    auto add = [&](const Pack<T, VEC>& v) {
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-            float d = v[k] - shift;
-            s += LAYER ? d : v[k] * v[k];
+            const float x = to_float(v.v[k]), d = x - shift;
+            s += LAYER ? d : x * x;
             q += d * d;
         }
+    };
+    long long col = first;
+    // Whole steps of x alone (a fused residual, two loads a vector, goes one vector at a time).
+    if (!p.residual) {
+        for (; col + (UNROLL - 1) * step < p.cols; col += UNROLL * step) {
+            Pack<T, VEC> v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)  // every load issued before any is used
+                v[u] = load_pack_keep<T, VEC>(p.x + base + col + u * step);
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) add(v[u]);
+        }
     }
+    for (; col < p.cols; col += step) add(load_input_keep<T, W, VEC>(p, base + col));  // the rest
     float mu, rstd;  // shifted sums, as in the register kernel: one pass for both statistics
     row_statistics<LAYER>(forward_row_sums<LAYER>(s, q, blockDim.x, scratch), shift,
                           1.0f / (float)p.cols, p.eps, mu, rstd);
@@ -216,14 +225,28 @@ __global__ void __launch_bounds__(512, 2)
         p.rstd[row] = rstd;
         if (LAYER) p.mean[row] = mu;
     }
-    for (long long col = (long long)threadIdx.x * VEC; col < p.cols; col += step) {
-        float v[VEC], w[VEC], b[VEC], out[VEC];
-        load_vec<T, VEC>(src + base + col, v);
-        load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, col, w, b);
+    // The second read, mostly from L2, in batches of BATCH vectors loaded before any y is stored
+    // (the compiler may not move a load past a store that could alias it). At two blocks an SM
+    // (UNROLL <= 4, 32 registers) a batch of one: the other block's first pass keeps memory busy,
+    // and more would spill. At one block an SM, half a step.
+    constexpr int BATCH = UNROLL > 4 ? UNROLL / 2 : 1;
+    auto write = [&](const Pack<T, VEC>& v, long long c) {
+        float w[VEC], b[VEC], out[VEC];
+        load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, c, w, b);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) out[k] = (v[k] - mu) * rstd * w[k] + b[k];
-        store_vec<T, VEC>(p.y + base + col, out);
+        for (int k = 0; k < VEC; ++k) out[k] = (to_float(v.v[k]) - mu) * rstd * w[k] + b[k];
+        store_vec<T, VEC>(p.y + base + c, out);
+    };
+    col = first;
+    for (; col + (BATCH - 1) * step < p.cols; col += BATCH * step) {  // whole batches
+        Pack<T, VEC> v[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u)
+            v[u] = load_pack_last_use<T, VEC>(src + base + col + u * step);
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) write(v[u], col + u * step);
     }
+    for (; col < p.cols; col += step) write(load_pack_last_use<T, VEC>(src + base + col), col);
 }
 
 // Rows staged in shared memory (Hopper; see norm_common.cuh). A persistent block has the copy
@@ -387,30 +410,46 @@ int forward_prefetch(const RowLayout& l, int elem_bytes, long long cols) {
     return !l.looped && (elem_bytes == 2 || cols >= 16384) ? 1 : 0;
 }
 
+// Blocks the register kernel, or the looped one, has resident on the device at once, times
+// `waves` (0 when `waves` is 0): how far ahead prefetch_forward looks.
+long long prefetch_ahead(int waves, const void* kernel, int threads) {
+    if (waves == 0) return 0;
+    return (long long)waves * resident_blocks_per_sm(kernel, threads, 0) * device_info().sm_count;
+}
+
 // One block per row group (blocks come and go; that measured faster here than a persistent
 // grid). Each block prefetches the group some waves ahead of its own (forward_prefetch).
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
     const int waves = forward_prefetch(l, (int)sizeof(T), p.cols);
-    auto ahead = [&](const void* kernel) {
-        if (waves == 0) return 0LL;
-        return (long long)waves * resident_blocks_per_sm(kernel, l.threads, 0) *
-               device_info().sm_count;
+    unsigned blocks = (unsigned)((p.rows + l.rows_per_block() - 1) / l.rows_per_block());
+    auto launch = [&](auto items_tag) {  // only what row_layout can choose is instantiated
+        constexpr int kItems = decltype(items_tag)::value;
+        if constexpr (kItems * VEC <= kForwardElems) {
+            auto kernel = norm_forward_kernel<T, W, VEC, kItems, LAYER>;
+            kernel<<<blocks, l.threads, 0, stream()>>>(
+                p, l.tpr, prefetch_ahead(waves, (const void*)kernel, l.threads));
+        }
     };
-    if (l.looped) {
-        auto kernel = norm_forward_looped_kernel<T, W, VEC, LAYER>;
-        kernel<<<(unsigned)p.rows, l.threads, 0, stream()>>>(p, ahead((const void*)kernel));
-    } else {
-        unsigned blocks = (unsigned)((p.rows + l.rows_per_block() - 1) / l.rows_per_block());
-        auto launch = [&](auto items_tag) {  // only what row_layout can choose is instantiated
-            constexpr int kItems = decltype(items_tag)::value;
-            if constexpr (kItems * VEC <= kForwardElems) {
-                auto kernel = norm_forward_kernel<T, W, VEC, kItems, LAYER>;
-                kernel<<<blocks, l.threads, 0, stream()>>>(p, l.tpr, ahead((const void*)kernel));
-            }
-        };
-        with_items(l.items, launch);
-    }
+    with_items(l.items, launch);
+    FG_LAUNCH_CHECK();
+}
+
+// The looped kernel: one block of `threads` a row, `vectors` vectors a thread per step (1, 2, 4
+// or 8; scalar rows, VEC = 1, always take 4).
+template <typename T, typename W, int VEC, bool LAYER>
+void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vectors) {
+    RowLayout l{VEC, 1, threads, threads, true};
+    const int waves = forward_prefetch(l, (int)sizeof(T), p.cols);
+    auto launch = [&](auto unroll_tag) {
+        constexpr int kUnroll = decltype(unroll_tag)::value;
+        if constexpr (VEC > 1 || kUnroll == 4) {
+            auto kernel = norm_forward_looped_kernel<T, W, VEC, kUnroll, LAYER>;
+            kernel<<<(unsigned)p.rows, threads, 0, stream()>>>(
+                p, prefetch_ahead(waves, (const void*)kernel, threads));
+        }
+    };
+    with_items(VEC > 1 ? vectors : 4, launch);
     FG_LAUNCH_CHECK();
 }
 
@@ -431,7 +470,7 @@ constexpr long long kForwardSliceVectors = 2048;
 
 bool staging_supported() {
     static const bool ok =
-        staging_built_for((const void*)norm_forward_looped_kernel<float, float, 4, false>);
+        staging_built_for((const void*)norm_forward_looped_kernel<float, float, 4, 1, false>);
     return ok;
 }
 
@@ -459,6 +498,42 @@ void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan)
     FG_LAUNCH_CHECK();
 }
 
+// Which rows the looped kernel takes when NormTuning::forward_loop_cols is kAuto: rows of 16-byte
+// vectors, from kForwardLoopVectors to kForwardLoopMaxVectors of them (f32 N = 4096 to 16384,
+// bf16 / f16 N = 8192 to 32768), each in one step of nvec / 4 threads (at most 1024) holding 4
+// vectors (looped_shape). Measured on an H200 (bench_norm --sweep, docs/norms.md): the second
+// read costs little from L2, and 32 registers a thread let two 1024-thread blocks, or eight of
+// 256, share an SM, so more rows are on their way than the register kernel (which keeps the row)
+// or the staged one (one block an SM) can have: f32 RMSNorm 2048 x 16384 89% of copy against
+// 82% staged, LayerNorm 4096 x 8192 88% against 79% in registers, bf16 RMSNorm 4096 x 8192 82%
+// against 76%. Shorter rows keep the register kernel, several rows a block (one row a block is
+// too little work); longer ones are staged, or looped when they cannot be (too long for
+// registers).
+constexpr long long kForwardLoopVectors = 1024;
+constexpr long long kForwardLoopMaxVectors = 4096;
+
+bool loop_by_default(long long cols, int vec) {
+    return vec > 1 && cols / vec >= kForwardLoopVectors && cols / vec <= kForwardLoopMaxVectors;
+}
+
+// The looped kernel's block: `threads` threads, `vectors` vectors each in flight per step. kAuto:
+// a step covers the row where 1024 threads of 8 vectors can (nvec / 4 threads, at least 32, of
+// 4 vectors, up to 1024 threads; then up to 8 vectors), else steps of 1024 x 8.
+struct LoopedShape {
+    int threads = 1024, vectors = 8;
+};
+LoopedShape looped_shape(long long cols, int vec) {
+    const long long nvec = (cols + vec - 1) / vec;
+    LoopedShape s;
+    s.threads = (int)std::min<long long>(1024, std::max<long long>(32, pow2_floor(nvec / 4)));
+    s.vectors = (int)std::min<long long>(8, std::max<long long>(1, pow2_floor(nvec / s.threads)));
+    if (g_tuning.forward_loop_threads != NormTuning::kAuto)
+        s.threads = std::min(1024, std::max(32, (int)pow2_ceil(g_tuning.forward_loop_threads)));
+    if (g_tuning.forward_loop_vectors != NormTuning::kAuto)
+        s.vectors = std::min(8, std::max(1, (int)pow2_ceil(g_tuning.forward_loop_vectors)));
+    return s;
+}
+
 template <typename T, typename W>
 void forward_typed(const NormForwardArgs& a) {
     ForwardParams<T, W> p{a.rows, a.cols, a.eps, a.zero_centered,
@@ -470,7 +545,22 @@ void forward_typed(const NormForwardArgs& a) {
     for (const void* ptr : {a.x, a.residual, (const void*)a.h_out, (const void*)a.y})
         vector_ok = vector_ok && aligned_to(ptr, 16);
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
-    bool layer = a.kind == NormKind::layer;
+    const bool layer = a.kind == NormKind::layer;
+    const int looped_vec = vector_ok ? kVec : 1;
+    const LoopedShape looped = looped_shape(a.cols, looped_vec);
+    auto run_looped = [&] {
+        if (!vector_ok) {
+            if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
+            else launch_forward_looped<T, W, 1, false>(p, looped.threads, 4);
+        } else if (layer) {
+            launch_forward_looped<T, W, kVec, true>(p, looped.threads, looped.vectors);
+        } else {
+            launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors);
+        }
+    };
+    if (g_tuning.forward_loop_cols == NormTuning::kAuto ? loop_by_default(a.cols, looped_vec)
+                                                         : a.cols >= g_tuning.forward_loop_cols)
+        return run_looped();
     const long long stage_from = g_tuning.forward_stage_cols == NormTuning::kAuto
                                      ? kForwardStageCols
                                      : g_tuning.forward_stage_cols;
@@ -491,17 +581,20 @@ void forward_typed(const NormForwardArgs& a) {
             return;
         }
     }
+    const int row_vectors = g_tuning.forward_row_vectors == NormTuning::kAuto
+                                ? 4
+                                : std::max(1, g_tuning.forward_row_vectors);
     RowLayout l = row_layout(a.cols, sizeof(T), vector_ok,
                              std::min(kForwardElems, g_tuning.forward_elems),
                              64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(),
-                             8);  // see forward_max_threads
+                             8, row_vectors);  // see forward_max_threads
     // bf16 / f16 rows with f32 weights that fill a 512-thread block at four vectors a thread
     // (N = 8193 to 16384) would run one block per SM (80 registers a thread, the f32 weights'
     // loads all in flight at the end): the looped kernel measured faster there on an H200,
     // bf16 LayerNorm 2048 x 16384 58% of copy against 45% (bench_norm --sweep, docs/norms.md).
-    if (sizeof(W) > sizeof(T) && !l.looped && l.tpr == 512 &&
-        l.items * l.vec * (int)sizeof(W) > 64)
-        l = RowLayout{l.vec, 1, 512, 512, true};
+    if (l.looped ||
+        (sizeof(W) > sizeof(T) && l.tpr == 512 && l.items * l.vec * (int)sizeof(W) > 64))
+        return run_looped();
     if (vector_ok) {
         if (layer) launch_forward<T, W, kVec, true>(p, l);
         else launch_forward<T, W, kVec, false>(p, l);

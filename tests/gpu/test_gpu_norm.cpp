@@ -275,12 +275,12 @@ TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 roundi
 }
 
 TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
-    // The tuning changes the launch (persistent grid size, elements per thread, 1024-thread rows,
-    // the looped path, how far ahead rows are prefetched, rows staged in shared memory or held in
-    // registers, and how many per stage, in the backward and the forward, rows split over
-    // clusters of 2, 4 or 8 blocks or not),
-    // never the math. Rows per block > 1, one row per block, rows split over a cluster, and the
-    // looped path; M large enough that each persistent block loops over several row groups.
+    // The tuning changes the launch (persistent grid size, elements per thread, threads a row,
+    // 1024-thread rows, the looped path and its block shape, how far ahead rows are prefetched,
+    // rows staged in shared memory or held in registers, and how many per stage, in the backward
+    // and the forward, rows split over clusters of 2, 4 or 8 blocks or not), never the math.
+    // Rows per block > 1, one row per block, rows split over a cluster, and the looped path; M
+    // large enough that each persistent block loops over several row groups.
     REQUIRE(cuda_is_available());
     std::vector<kernels::NormTuning> tunings;
     for (int t : {0, 1, 2, 3}) {
@@ -292,6 +292,12 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.stage_bytes = t == 0 ? 0 : t == 2 ? 8 * 1024 : t == 3 ? 16 * 1024 : k.stage_bytes;
         k.split_blocks = t == 1 ? 1 : t == 2 ? 4 : kernels::NormTuning::kAuto;
         k.forward_stage_cols = t >= 2 ? 1 : kernels::NormTuning::kAuto;  // stage every row
+        k.forward_row_vectors = t == 0 ? 2 : t == 2 ? 8 : kernels::NormTuning::kAuto;
+        if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors
+            k.forward_loop_cols = 1;
+            k.forward_loop_threads = t == 1 ? 256 : 1024;
+            k.forward_loop_vectors = t == 1 ? 2 : 4;
+        }
         tunings.push_back(k);
     }
     struct Restore {  // the default tuning again, however this test ends
@@ -310,7 +316,10 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
                 INFO("tuning: threads/SM " << t.grid_threads_per_sm << ", elems " << t.forward_elems
                      << " / " << t.backward_elems << ", prefetch " << t.prefetch_distance
                      << ", stage bytes " << t.stage_bytes << ", split " << t.split_blocks
-                     << ", forward staged from " << t.forward_stage_cols << " columns");
+                     << ", forward staged from " << t.forward_stage_cols << " columns"
+                     << ", looped from " << t.forward_loop_cols << " columns ("
+                     << t.forward_loop_threads << " x " << t.forward_loop_vectors
+                     << "), row vectors " << t.forward_row_vectors);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
             }
