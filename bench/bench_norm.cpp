@@ -158,6 +158,7 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
         columns.push_back({std::move(name), t});
     };
     column("auto", [](Tuning&) {});
+    column("prefetch 0", [](Tuning& t) { t.prefetch_distance = 0; });
     column("registers", [](Tuning& t) { t.stage_bytes = 0; });
     column("staged", [](Tuning& t) { t.forward_stage_cols = 1; });
     column("row vec 8", [](Tuning& t) { t.forward_row_vectors = 8; });
@@ -170,7 +171,9 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
                        t.forward_loop_threads = threads;
                        t.forward_loop_vectors = vectors;
                    });
-    column("prefetch 0", [](Tuning& t) { t.prefetch_distance = 0; });
+    // The defaults again, last: how far the figures drift over a shape's columns (the columns
+    // differ by less than that only in what the sweep cannot tell apart).
+    column("auto again", [](Tuning&) {});
     std::printf("\nsweep: %% of copy, fwd / bwd (b), under these tunings (auto: the defaults; "
                 "loop TxV: every row looped, T threads, V vectors a step):\n%-22s %9s",
                 "case", "copy fwd");

@@ -124,8 +124,9 @@ __device__ __forceinline__ float2 group_sum2(float2 v, int tpr, float* scratch) 
 }
 
 // Loads of a row that is read twice (the looped forward): the first read asks L2 to keep the
-// lines (evict_last), so that the second still finds them there; the second marks them as last
-// used (ld.global.cs, evict first). 16-byte packs carry the hint; smaller ones load plainly.
+// lines (evict_last), so that the second still finds them there; the second reads them as last
+// used (ld.global.cs) and gives them back their normal priority. 16-byte packs carry the hints;
+// smaller ones load plainly.
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_pack_keep(const T* p) {
     if constexpr (sizeof(Pack<T, VEC>) == 16) {
@@ -148,6 +149,14 @@ template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_pack_last_use(const T* p) {
     if constexpr (sizeof(Pack<T, VEC>) == 16) {
         const uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
+        // Lines marked evict_last stay so after this read (ld.cs, and a load with an evict_first
+        // policy, leave a line's priority as it was): a flush that writes twice the L2 then cannot
+        // evict them, and they crowd later kernels out of L2 (measured on an H200: figures of
+        // the kernel timed next moved by 4-8 points of copy). The thread holding the start of
+        // a 128-byte line hands it back to normal priority.
+        if ((reinterpret_cast<std::uintptr_t>(p) & 127) == 0)
+            asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(
+                __cvta_generic_to_global(p)));
         Pack<T, VEC> out;
         memcpy(&out, &r, sizeof(r));
         return out;
