@@ -588,13 +588,7 @@ void forward_typed(const NormForwardArgs& a) {
                              std::min(kForwardElems, g_tuning.forward_elems),
                              64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(),
                              8, row_vectors);  // see forward_max_threads
-    // bf16 / f16 rows with f32 weights that fill a 512-thread block at four vectors a thread
-    // (N = 8193 to 16384) would run one block per SM (80 registers a thread, the f32 weights'
-    // loads all in flight at the end): the looped kernel measured faster there on an H200,
-    // bf16 LayerNorm 2048 x 16384 58% of copy against 45% (bench_norm --sweep, docs/norms.md).
-    if (l.looped ||
-        (sizeof(W) > sizeof(T) && l.tpr == 512 && l.items * l.vec * (int)sizeof(W) > 64))
-        return run_looped();
+    if (l.looped) return run_looped();
     if (vector_ok) {
         if (layer) launch_forward<T, W, kVec, true>(p, l);
         else launch_forward<T, W, kVec, false>(p, l);
