@@ -163,14 +163,18 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
     column("staged", [](Tuning& t) { t.forward_stage_cols = 1; });
     column("row vec 8", [](Tuning& t) { t.forward_row_vectors = 8; });
     column("row vec 2", [](Tuning& t) { t.forward_row_vectors = 2; });
-    for (int vectors : {1, 2, 4, 8})
-        for (int threads : {256, 512, 1024})
-            column("loop " + std::to_string(threads) + "x" + std::to_string(vectors),
-                   [&](Tuning& t) {
-                       t.forward_loop_cols = 1;
-                       t.forward_loop_threads = threads;
-                       t.forward_loop_vectors = vectors;
-                   });
+    column("row vec 1", [](Tuning& t) { t.forward_row_vectors = 1; });
+    // Looped blocks of threads x vectors: the shapes one step of 4096 vectors, or less, takes.
+    const int looped[][2] = {{256, 4}, {512, 2}, {1024, 1}, {512, 4}, {1024, 2}, {1024, 4},
+                             {1024, 8}};
+    for (const auto& shape : looped) {
+        const int threads = shape[0], vectors = shape[1];
+        column("loop " + std::to_string(threads) + "x" + std::to_string(vectors), [&](Tuning& t) {
+            t.forward_loop_cols = 1;
+            t.forward_loop_threads = threads;
+            t.forward_loop_vectors = vectors;
+        });
+    }
     // The defaults again, last: how far the figures drift over a shape's columns (the columns
     // differ by less than that only in what the sweep cannot tell apart).
     column("auto again", [](Tuning&) {});

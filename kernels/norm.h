@@ -103,7 +103,8 @@ struct NormTuning {
     int forward_loop_threads = kAuto;
     int forward_loop_vectors = kAuto;
     // Vectors a forward thread aims to hold when the row is held in registers (fewer threads a
-    // row, more work each); kAuto: 4.
+    // row, more work each); kAuto: 2, or 4 for LayerNorm of bf16 / f16 and rows without 16-byte
+    // vectors (norm_forward.cu, row_vectors).
     int forward_row_vectors = kAuto;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows

@@ -91,8 +91,8 @@ template <int ITEMS, int VEC, bool LOCKED>
 __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC], float* dst,
                                                   long long cols, int tpr, float* group_sums,
                                                   bool first) {
-    const int rpb = blockDim.x / tpr;
-    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const RowPlace place = row_place(tpr);
+    const int rpb = place.rows_per_block, group = place.group, lane = place.lane;
     if (rpb > 1) {
         __syncthreads();  // group_sums may still be read by the previous call
 #pragma unroll
@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     extern __shared__ float group_sums[];  // rows_per_block x cols, when several rows per block
     __shared__ float scratch[64];
     __shared__ int first_flag;
-    const int rpb = blockDim.x / tpr;
-    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const RowPlace place = row_place(tpr);
+    const int rpb = place.rows_per_block, group = place.group, lane = place.lane;
     const float inv_n = 1.0f / (float)p.cols;
 
     // w' is read again (from L1) for each row and phase rather than held: registers go to the
@@ -271,8 +271,8 @@ __global__ void __launch_bounds__(512, 1)
     extern __shared__ __align__(128) unsigned char stage_smem[];
     __shared__ StagedSync sync;
     using V = Pack<T, VEC>;
-    const int rpb = blockDim.x / tpr;
-    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const RowPlace place = row_place(tpr);
+    const int rpb = place.rows_per_block, group = place.group, lane = place.lane;
     const float inv_n = 1.0f / (float)p.cols;
     const int streams = p.dh ? 3 : 2;
     const StagedPlace at = staged_place<SPLIT>(p.cols);  // this block's columns and place

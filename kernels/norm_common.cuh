@@ -80,47 +80,54 @@ __device__ __forceinline__ void load_affine(const W* weight, const W* bias, bool
     if (bias) load_vec<W, VEC>(bias + col, b);
 }
 
-// Sum of v over the tpr threads of this row group; every one of them gets the result.
-// tpr <= 32: shuffles within the lanes of the group. tpr > 32: shuffles, then the group's per-warp
-// sums through its own slice of `scratch` (32 floats per block), added in a fixed order.
-// Contains barriers when tpr > 32: call from every thread of the block.
-__device__ __forceinline__ float group_sum(float v, int tpr, float* scratch) {
-    int width = tpr < 32 ? tpr : 32;
-    for (int offset = width / 2; offset > 0; offset >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, offset);
-    if (tpr <= 32) return v;
-    int warps = tpr >> 5;
-    int first = (threadIdx.x / tpr) * warps;  // this row group's first warp
-    __syncthreads();  // scratch may still be read by the previous call
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < warps; ++i) s += scratch[first + i];
-    return s;
+// Where a thread sits when rows of tpr threads (a power of two) share a block: its row group
+// (rows_per_block of them), its lane within the row. Shifts and masks: a division by a value
+// known only at run time costs some twenty instructions.
+struct RowPlace {
+    int rows_per_block, group, lane;
+};
+__device__ __forceinline__ RowPlace row_place(int tpr) {
+    const int shift = __ffs(tpr) - 1;
+    return {(int)blockDim.x >> shift, (int)threadIdx.x >> shift, (int)threadIdx.x & (tpr - 1)};
 }
 
-// Two sums at once (one set of shuffles and barriers for both); `scratch` holds 64 floats.
-__device__ __forceinline__ float2 group_sum2(float2 v, int tpr, float* scratch) {
-    int width = tpr < 32 ? tpr : 32;
-    for (int offset = width / 2; offset > 0; offset >>= 1) {
-        v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
-        v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
-    }
+// Sum of v over the tpr threads (a power of two) of this row group; every one of them gets the
+// same bits. tpr <= 32: xor shuffles within the lanes of the group. tpr > 32: shuffles, then each
+// warp's sum through `scratch` (one float per warp of the block), and every warp of the group adds
+// the group's warp sums again by shuffles, lane l taking warp sum l mod (tpr / 32): the same sums
+// in the same order in every warp. (An xor shuffle hands lanes l and l ^ o the same two values, and
+// a + b == b + a exactly, so every lane ends with the same bits.) Contains barriers when tpr > 32:
+// call from every thread of the block.
+__device__ __forceinline__ float warp_sum(float v, int width) {
+    for (int offset = width / 2; offset > 0; offset >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+__device__ __forceinline__ float group_sum(float v, int tpr, float* scratch) {
+    v = warp_sum(v, tpr < 32 ? tpr : 32);
     if (tpr <= 32) return v;
-    int warps = tpr >> 5;
-    int first = (threadIdx.x / tpr) * warps;
+    const int warps = tpr >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();  // scratch may still be read by the previous call
+    if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    if ((threadIdx.x & 31) == 0) {
-        scratch[threadIdx.x >> 5] = v.x;
-        scratch[32 + (threadIdx.x >> 5)] = v.y;
+    return warp_sum(scratch[(warp & ~(warps - 1)) + (lane & (warps - 1))], warps);
+}
+
+// Two sums at once (one set of barriers for both); `scratch` holds 64 floats.
+__device__ __forceinline__ float2 group_sum2(float2 v, int tpr, float* scratch) {
+    const int width = tpr < 32 ? tpr : 32;
+    v.x = warp_sum(v.x, width);
+    v.y = warp_sum(v.y, width);
+    if (tpr <= 32) return v;
+    const int warps = tpr >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) {
+        scratch[warp] = v.x;
+        scratch[32 + warp] = v.y;
     }
     __syncthreads();
-    float2 s = make_float2(0.0f, 0.0f);
-    for (int i = 0; i < warps; ++i) {
-        s.x += scratch[first + i];
-        s.y += scratch[32 + first + i];
-    }
-    return s;
+    const int slot = (warp & ~(warps - 1)) + (lane & (warps - 1));
+    return make_float2(warp_sum(scratch[slot], warps), warp_sum(scratch[32 + slot], warps));
 }
 
 // Loads of a row that is read twice (the looped forward): the first read asks L2 to keep the

@@ -24,6 +24,7 @@ template <typename T, typename W>
 struct ForwardParams {
     long long rows, cols;
     float eps;
+    float inv_n;  // 1 / cols, rounded once on the host
     bool zero_centered;
     const T* x;
     const T* residual;
@@ -93,7 +94,9 @@ __device__ __forceinline__ void row_statistics(float2 sums, float shift, float i
         mu = 0.0f;
         var = sums.x * inv_n;
     }
-    rstd = 1.0f / sqrtf(var + eps);
+    // The hardware's reciprocal square root, within 2 ulp (1 / sqrtf would cost a correctly
+    // rounded square root and a division per row).
+    rstd = rsqrtf(var + eps);
 }
 
 // The row's sums over its tpr threads (row_statistics' input). Contains barriers when tpr > 32:
@@ -121,9 +124,10 @@ template <typename T, typename W, int VEC, int ITEMS, bool LAYER>
 __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     norm_forward_kernel(ForwardParams<T, W> p, int tpr, long long prefetch_ahead) {
     __shared__ float scratch[64];
-    const int lane = threadIdx.x % tpr;
-    prefetch_forward(p, prefetch_ahead, blockDim.x / tpr);
-    const long long row = (long long)blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const RowPlace place = row_place(tpr);
+    const int rpb = place.rows_per_block, group = place.group, lane = place.lane;
+    prefetch_forward(p, prefetch_ahead, rpb);
+    const long long row = (long long)blockIdx.x * rpb + group;
     const bool active = row < p.rows;
     const long long base = row * p.cols;
     Pack<T, VEC> v[ITEMS];
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     }
     float mu, rstd;
     row_statistics<LAYER>(forward_row_sums<LAYER>(a, q, tpr, scratch), shift,
-                          1.0f / (float)p.cols, p.eps, mu, rstd);
+                          p.inv_n, p.eps, mu, rstd);
     if (!active) return;
     if (lane == 0 && p.rstd) {
         p.rstd[row] = rstd;
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
     for (; col < p.cols; col += step) add(load_input_keep<T, W, VEC>(p, base + col));  // the rest
     float mu, rstd;  // shifted sums, as in the register kernel: one pass for both statistics
     row_statistics<LAYER>(forward_row_sums<LAYER>(s, q, blockDim.x, scratch), shift,
-                          1.0f / (float)p.cols, p.eps, mu, rstd);
+                          p.inv_n, p.eps, mu, rstd);
     if (threadIdx.x == 0 && p.rstd) {
         p.rstd[row] = rstd;
         if (LAYER) p.mean[row] = mu;
@@ -272,8 +276,8 @@ __global__ void __launch_bounds__(512, 1)
     __shared__ StagedSync sync;
     __shared__ std::uint64_t affine_full;  // the block's slices of weight and bias have landed
     using V = Pack<T, VEC>;
-    const int rpb = blockDim.x / tpr;
-    const int group = threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const RowPlace place = row_place(tpr);
+    const int rpb = place.rows_per_block, group = place.group, lane = place.lane;
     const StagedPlace at = staged_place<SPLIT>(p.cols);  // this block's columns and place
     const int part = at.part;
     const long long unit = at.unit, units = at.units, cols = at.cols, c0 = at.c0;
@@ -355,7 +359,7 @@ __global__ void __launch_bounds__(512, 1)
         if constexpr (SPLIT)
             sums = cluster_row_sums(sums, sync.cluster_slots, sync.cluster_full, it);
         float mu, rstd;
-        row_statistics<LAYER>(sums, shift, 1.0f / (float)p.cols, p.eps, mu, rstd);
+        row_statistics<LAYER>(sums, shift, p.inv_n, p.eps, mu, rstd);
         // y goes to output buffer it & 1, then out by one bulk copy; thread 0 made sure (below,
         // two rows ago) that the copy out of this buffer two groups ago has read it.
         T* const out = out_base + (it & 1) * out_elems;
@@ -534,9 +538,21 @@ LoopedShape looped_shape(long long cols, int vec) {
     return s;
 }
 
+// Vectors a thread of the register kernel aims to hold (row_layout's target_items). Measured on
+// an H200 (bench_norm --sweep, docs/norms.md, session 9): two vectors a thread (twice the threads
+// a row) beat four for RMSNorm and for f32 LayerNorm (N = 1024: f32 RMSNorm 89% -> 93% of copy,
+// f32 LayerNorm 88% -> 92%, bf16 RMSNorm 80% -> 83%; bf16 RMSNorm N = 4096 80% -> 82%), but not
+// for LayerNorm of 2-byte values (bf16 N = 1024 76% -> 71%, N = 4096 72% -> 65%), which keeps
+// four, as do rows without 16-byte vectors (not measured).
+int row_vectors(bool layer, int elem_bytes, bool vector_ok) {
+    if (g_tuning.forward_row_vectors != NormTuning::kAuto)
+        return std::max(1, g_tuning.forward_row_vectors);
+    return vector_ok && !(layer && elem_bytes == 2) ? 2 : 4;
+}
+
 template <typename T, typename W>
 void forward_typed(const NormForwardArgs& a) {
-    ForwardParams<T, W> p{a.rows, a.cols, a.eps, a.zero_centered,
+    ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered,
                           static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
                           static_cast<T*>(a.h_out), static_cast<const W*>(a.weight),
                           static_cast<const W*>(a.bias), static_cast<T*>(a.y), a.mean, a.rstd};
@@ -581,13 +597,10 @@ void forward_typed(const NormForwardArgs& a) {
             return;
         }
     }
-    const int row_vectors = g_tuning.forward_row_vectors == NormTuning::kAuto
-                                ? 4
-                                : std::max(1, g_tuning.forward_row_vectors);
     RowLayout l = row_layout(a.cols, sizeof(T), vector_ok,
                              std::min(kForwardElems, g_tuning.forward_elems),
-                             64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(),
-                             8, row_vectors);  // see forward_max_threads
+                             64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(), 8,
+                             row_vectors(layer, sizeof(T), vector_ok));  // see forward_max_threads
     if (l.looped) return run_looped();
     if (vector_ok) {
         if (layer) launch_forward<T, W, kVec, true>(p, l);

@@ -292,7 +292,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.stage_bytes = t == 0 ? 0 : t == 2 ? 8 * 1024 : t == 3 ? 16 * 1024 : k.stage_bytes;
         k.split_blocks = t == 1 ? 1 : t == 2 ? 4 : kernels::NormTuning::kAuto;
         k.forward_stage_cols = t >= 2 ? 1 : kernels::NormTuning::kAuto;  // stage every row
-        k.forward_row_vectors = t == 0 ? 2 : t == 2 ? 8 : kernels::NormTuning::kAuto;
+        k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
         if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors
             k.forward_loop_cols = 1;
             k.forward_loop_threads = t == 1 ? 256 : 1024;
