@@ -152,6 +152,11 @@ __device__ __forceinline__ Pack<T, VEC> load_pack_keep(const T* p) {
         return *reinterpret_cast<const Pack<T, VEC>*>(p);
     }
 }
+// Gives the 128-byte line holding p back its normal L2 priority.
+__device__ __forceinline__ void l2_evict_normal(const void* p) {
+    asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(
+        __cvta_generic_to_global(p) & ~std::uint64_t{127}));
+}
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_pack_last_use(const T* p) {
     if constexpr (sizeof(Pack<T, VEC>) == 16) {
@@ -160,16 +165,24 @@ __device__ __forceinline__ Pack<T, VEC> load_pack_last_use(const T* p) {
         // policy, leave a line's priority as it was): a flush that writes twice the L2 then cannot
         // evict them, and they crowd later kernels out of L2 (measured on an H200: figures of
         // the kernel timed next moved by 4-8 points of copy). The thread holding the start of
-        // a 128-byte line hands it back to normal priority.
-        if ((reinterpret_cast<std::uintptr_t>(p) & 127) == 0)
-            asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(
-                __cvta_generic_to_global(p)));
+        // a 128-byte line hands it back to normal priority (see also row_last_use).
+        if ((reinterpret_cast<std::uintptr_t>(p) & 127) == 0) l2_evict_normal(p);
         Pack<T, VEC> out;
         memcpy(&out, &r, sizeof(r));
         return out;
     } else {
         return *reinterpret_cast<const Pack<T, VEC>*>(p);
     }
+}
+// After a row's second read with load_pack_last_use: a row that does not start on a 128-byte
+// line shares its first line with the row before, whose block demoted that line, perhaps before
+// this row's first read marked it evict_last again. The thread holding the row's first vector
+// demotes it once more. (Every block demotes after it marks, so whatever the order of the two
+// blocks, the line ends at normal priority.)
+template <typename T, int VEC>
+__device__ __forceinline__ void row_last_use(const T* row_start) {
+    if constexpr (sizeof(Pack<T, VEC>) == 16)
+        if ((reinterpret_cast<std::uintptr_t>(row_start) & 127) != 0) l2_evict_normal(row_start);
 }
 
 // Asks the memory system to start bringing bytes [p, p + bytes) into L2 and returns at once: a

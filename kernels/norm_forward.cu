@@ -251,6 +251,7 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
         for (int u = 0; u < BATCH; ++u) write(v[u], col + u * step);
     }
     for (; col < p.cols; col += step) write(load_pack_last_use<T, VEC>(src + base + col), col);
+    if (threadIdx.x == 0) row_last_use<T, VEC>(src + base);
 }
 
 // Rows staged in shared memory (Hopper; see norm_common.cuh). A persistent block has the copy
