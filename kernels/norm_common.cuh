@@ -91,6 +91,14 @@ __device__ __forceinline__ RowPlace row_place(int tpr) {
     return {(int)blockDim.x >> shift, (int)threadIdx.x >> shift, (int)threadIdx.x & (tpr - 1)};
 }
 
+// Sum of v over the `width` lanes (a power of two, at most 32) of each aligned lane group of
+// the warp, by xor shuffles; every lane of a group gets the same bits.
+__device__ __forceinline__ float warp_sum(float v, int width) {
+    for (int offset = width / 2; offset > 0; offset >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
 // Sum of v over the tpr threads (a power of two) of this row group; every one of them gets the
 // same bits. tpr <= 32: xor shuffles within the lanes of the group. tpr > 32: shuffles, then each
 // warp's sum through `scratch` (one float per warp of the block), and every warp of the group adds
@@ -98,11 +106,6 @@ __device__ __forceinline__ RowPlace row_place(int tpr) {
 // in the same order in every warp. (An xor shuffle hands lanes l and l ^ o the same two values, and
 // a + b == b + a exactly, so every lane ends with the same bits.) Contains barriers when tpr > 32:
 // call from every thread of the block.
-__device__ __forceinline__ float warp_sum(float v, int width) {
-    for (int offset = width / 2; offset > 0; offset >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
 __device__ __forceinline__ float group_sum(float v, int tpr, float* scratch) {
     v = warp_sum(v, tpr < 32 ? tpr : 32);
     if (tpr <= 32) return v;
