@@ -161,9 +161,9 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
     column("prefetch 0", [](Tuning& t) { t.prefetch_distance = 0; });
     column("registers", [](Tuning& t) { t.stage_bytes = 0; });
     column("staged", [](Tuning& t) { t.forward_stage_cols = 1; });
-    column("row vec 8", [](Tuning& t) { t.forward_row_vectors = 8; });
-    column("row vec 2", [](Tuning& t) { t.forward_row_vectors = 2; });
-    column("row vec 1", [](Tuning& t) { t.forward_row_vectors = 1; });
+    for (int vectors : {8, 4, 2, 1})  // auto is 2 or 4 (norm_forward.cu, row_vectors)
+        column("row vec " + std::to_string(vectors),
+               [&](Tuning& t) { t.forward_row_vectors = vectors; });
     // Looped blocks of threads x vectors: the shapes one step of 4096 vectors, or less, takes.
     const int looped[][2] = {{256, 4}, {512, 2}, {1024, 1}, {512, 4}, {1024, 2}, {1024, 4},
                              {1024, 8}};

@@ -6,7 +6,6 @@
 // holds its row in registers and has the rows of a block one wave later brought into L2. Rows
 // too long for registers take the looped kernel, which reads the row twice (mostly from L2).
 #include <algorithm>
-#include <limits>
 #include <type_traits>
 
 #include "norm_common.cuh"
@@ -410,9 +409,9 @@ __global__ void __launch_bounds__(512, 1)
 // Waves ahead to prefetch. Measured on an H200 (bench_norm --sweep): one wave ahead helps bf16
 // rows held in registers (+1 to +4 points of copy bandwidth at N = 1024 to 16384), costs f32
 // rows of 1024 to 8192 values a point or three, and costs the looped kernel up to 7 points.
-int forward_prefetch(const RowLayout& l, int elem_bytes, long long cols) {
+int forward_prefetch(bool looped, int elem_bytes, long long cols) {
     if (g_tuning.prefetch_distance != NormTuning::kAuto) return g_tuning.prefetch_distance;
-    return !l.looped && (elem_bytes == 2 || cols >= 16384) ? 1 : 0;
+    return !looped && (elem_bytes == 2 || cols >= 16384) ? 1 : 0;
 }
 
 // Blocks the register kernel, or the looped one, has resident on the device at once, times
@@ -426,7 +425,7 @@ long long prefetch_ahead(int waves, const void* kernel, int threads) {
 // grid). Each block prefetches the group some waves ahead of its own (forward_prefetch).
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
-    const int waves = forward_prefetch(l, (int)sizeof(T), p.cols);
+    const int waves = forward_prefetch(false, (int)sizeof(T), p.cols);
     unsigned blocks = (unsigned)((p.rows + l.rows_per_block() - 1) / l.rows_per_block());
     auto launch = [&](auto items_tag) {  // only what row_layout can choose is instantiated
         constexpr int kItems = decltype(items_tag)::value;
@@ -444,8 +443,7 @@ void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
 // or 8; scalar rows, VEC = 1, always take 4).
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vectors) {
-    RowLayout l{VEC, 1, threads, threads, true};
-    const int waves = forward_prefetch(l, (int)sizeof(T), p.cols);
+    const int waves = forward_prefetch(true, (int)sizeof(T), p.cols);
     auto launch = [&](auto unroll_tag) {
         constexpr int kUnroll = decltype(unroll_tag)::value;
         if constexpr (VEC > 1 || kUnroll == 4) {
