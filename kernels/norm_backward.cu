@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) out[k] += d[k];
             }
-            store_vec<T, VEC>(p.dx + base + col, out);
+            store_vec_stream<T, VEC>(p.dx + base + col, out);
         }
     }
     if (!p.want_dw && !p.want_db) return;
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) out[k] += to_float(dhv.v[k]);
             }
-            store_vec<T, VEC>(p.dx + base + col, out);
+            store_vec_stream<T, VEC>(p.dx + base + col, out);
         }
         __syncthreads();  // every thread is done with stage s: refill it
         const long long refill = rg + (long long)stages * units;
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(512, 1)
                 if (p.want_dw) store_vec<float, VEC>(row_dw + col, pw);
                 if (p.want_db) store_vec<float, VEC>(row_db + col, pb);
             }
-            store_vec<T, VEC>(p.dx + base + col, out);
+            store_vec_stream<T, VEC>(p.dx + base + col, out);
         }
         if (LOCKED && partials) release_partial_row(p.locks, p.written, gi);
     }

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
         load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, col, w, b);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) out[k] = (to_float(v[i].v[k]) - mu) * rstd * w[k] + b[k];
-        store_vec<T, VEC>(p.y + base + col, out);
+        store_vec_stream<T, VEC>(p.y + base + col, out);
     }
 }
 
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
         load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, c, w, b);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) out[k] = (to_float(v.v[k]) - mu) * rstd * w[k] + b[k];
-        store_vec<T, VEC>(p.y + base + c, out);
+        store_vec_stream<T, VEC>(p.y + base + c, out);
     };
     col = first;
     for (; col + (BATCH - 1) * step < p.cols; col += BATCH * step) {  // whole batches
