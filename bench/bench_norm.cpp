@@ -10,11 +10,14 @@
 // RMSNorm a weight; weights (and dw, db) f32, or with --weights input in the input's dtype (as
 // PyTorch's modules keep them).
 // Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]... [--weights f32|input]
-//                   [--dtype bf16|f32] [--norm layernorm|rmsnorm]
+//                   [--dtype bf16|f32] [--norm layernorm|rmsnorm] [--columns NAME[,NAME]...]
 //   --sweep: % of copy under several tunings, after a copy of the forward's bytes (the ceiling
 //   of a pass that moves that little: launch, ramp-up and tail count for more);
-//   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm.
+//   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm;
+//   --columns: only these sweep columns (e.g. --columns "auto,loop 512x2,auto again").
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "bench_common.h"
 #include "core/autograd.h"
@@ -142,16 +145,14 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
     return rows;
 }
 
-// --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
-void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
-           const std::vector<NormShape>& shapes, const std::vector<DType>& dtypes,
-           const std::vector<NormKind>& kinds) {
+// --sweep's columns: a name and the tuning it sets (host code only; no device needed).
+struct SweepColumn {
+    std::string name;
+    kernels::NormTuning tuning;
+};
+std::vector<SweepColumn> sweep_columns() {
     using Tuning = kernels::NormTuning;
-    struct Column {
-        std::string name;
-        Tuning tuning;
-    };
-    std::vector<Column> columns;
+    std::vector<SweepColumn> columns;
     auto column = [&](std::string name, auto change) {
         Tuning t;
         change(t);
@@ -178,10 +179,49 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
     // The defaults again, last: how far the figures drift over a shape's columns (the columns
     // differ by less than that only in what the sweep cannot tell apart).
     column("auto again", [](Tuning&) {});
+    return columns;
+}
+
+// --columns NAME[,NAME]...: those sweep columns, in the sweep's order; an unknown name is an
+// error naming the columns there are. Empty: all of them.
+std::vector<SweepColumn> pick_columns(const std::string& wanted) {
+    std::vector<SweepColumn> all = sweep_columns();
+    if (wanted.empty()) return all;
+    std::vector<std::string> names;
+    for (std::size_t start = 0;;) {
+        const std::size_t comma = wanted.find(',', start);
+        names.push_back(wanted.substr(start, comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    std::vector<SweepColumn> picked;
+    for (const std::string& name : names) {
+        bool known = false;
+        for (const SweepColumn& c : all) known = known || c.name == name;
+        if (!known) {
+            std::string list;
+            for (const SweepColumn& c : all) list += (list.empty() ? "" : ", ") + c.name;
+            throw std::invalid_argument("bench_norm: --columns: no sweep column '" + name +
+                                        "' (the columns: " + list + ")");
+        }
+    }
+    for (const SweepColumn& c : all)
+        for (const std::string& name : names)
+            if (c.name == name) {
+                picked.push_back(c);
+                break;
+            }
+    return picked;
+}
+
+// --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
+void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
+           const std::vector<SweepColumn>& columns, const std::vector<NormShape>& shapes,
+           const std::vector<DType>& dtypes, const std::vector<NormKind>& kinds) {
     std::printf("\nsweep: %% of copy, fwd / bwd (b), under these tunings (auto: the defaults; "
                 "loop TxV: every row looped, T threads, V vectors a step):\n%-22s %9s",
                 "case", "copy fwd");
-    for (const Column& c : columns) std::printf(" %15s", c.name.c_str());
+    for (const SweepColumn& c : columns) std::printf(" %15s", c.name.c_str());
     std::printf("\n");
     for (DType dt : dtypes) {
         for (NormKind kind : kinds) {
@@ -191,7 +231,7 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
                             (std::to_string(s.m) + "x" + std::to_string(s.n)).c_str());
                 const std::size_t bytes = (std::size_t)(s.m * s.n) * dtype_size(dt);
                 std::printf(" %9.1f", 100 * bench::copy_bandwidth_gbs(timer, bytes) / copy_gbs);
-                for (const Column& c : columns) {
+                for (const SweepColumn& c : columns) {
                     kernels::set_norm_tuning(c.tuning);
                     std::vector<Row> rows = bench_shape(
                         timer, copy_gbs, kind, dt, weights_f32 ? DType::f32 : dt, s, false, false);
@@ -213,6 +253,7 @@ int main(int argc, char** argv) {
     std::vector<NormShape> only;
     std::vector<DType> dtypes{DType::bf16, DType::f32};
     std::vector<NormKind> kinds{NormKind::layer, NormKind::rms};
+    std::string columns;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -242,6 +283,7 @@ int main(int argc, char** argv) {
             }
             kinds = {std::strcmp(k, "rmsnorm") == 0 ? NormKind::rms : NormKind::layer};
         }
+        if (std::strcmp(argv[i], "--columns") == 0 && i + 1 < argc) columns = argv[++i];
         if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
             long long m = 0, n = 0;
             if (std::sscanf(argv[++i], "%lldx%lld", &m, &n) != 2 || m < 1 || n < 1) {
@@ -251,6 +293,17 @@ int main(int argc, char** argv) {
             }
             only.push_back({m, n});
         }
+    }
+    if (!columns.empty() && !do_sweep) {
+        std::fprintf(stderr, "bench_norm: --columns picks columns of --sweep; give --sweep too\n");
+        return 2;
+    }
+    std::vector<SweepColumn> sweep_cols;
+    try {
+        sweep_cols = pick_columns(columns);
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 2;
     }
     try {
         const kernels::DeviceInfo& dev = kernels::device_info();
@@ -265,7 +318,7 @@ int main(int argc, char** argv) {
         if (quick) shapes = {{16384, 384}, {4096, 8192}};
         if (!only.empty()) shapes = only;
         if (do_sweep) {
-            sweep(timer, copy, weights_f32, shapes, dtypes, kinds);
+            sweep(timer, copy, weights_f32, sweep_cols, shapes, dtypes, kinds);
             return 0;
         }
         for (DType dt : dtypes)
