@@ -511,25 +511,39 @@ void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan)
 // 82% staged, LayerNorm 4096 x 8192 88% against 79% in registers, bf16 RMSNorm 4096 x 8192 82%
 // against 76%. Shorter rows keep the register kernel, several rows a block (one row a block is
 // too little work); longer ones are staged, or looped when they cannot be (too long for
-// registers).
+// registers). LayerNorm rows up to twice as long (kForwardLoopMaxVectorsLayer) are looped too,
+// in steps of 1024 x 4: session 10, H200, against the staged forward, f32 1024 x 32768 74%
+// against 67%, 2048 x 32768 78% against 71%, 1365 x 24576 75% against 56%, bf16 512 x 65536
+// (which the staged forward cannot take with f32 weights; looped 1024 x 8 before) 58% against
+// 55%. RMSNorm rows of that length stay staged (f32 1024 x 32768: 81% staged, 77% in steps of
+// 1024 x 4, 81% in steps of 1024 x 8). Rows of 16384 vectors stay staged for both (f32
+// 512 x 65536 LayerNorm 66% staged, 62-65% looped). Measured without a fused residual, which
+// the looped kernel adds one vector at a time: with one, those longer LayerNorm rows stay staged.
 constexpr long long kForwardLoopVectors = 1024;
 constexpr long long kForwardLoopMaxVectors = 4096;
+constexpr long long kForwardLoopMaxVectorsLayer = 8192;
 
-bool loop_by_default(long long cols, int vec) {
-    return vec > 1 && cols / vec >= kForwardLoopVectors && cols / vec <= kForwardLoopMaxVectors;
+bool loop_by_default(long long cols, int vec, bool layer, bool residual) {
+    const long long nvec = cols / vec, most = layer && !residual ? kForwardLoopMaxVectorsLayer
+                                                                 : kForwardLoopMaxVectors;
+    return vec > 1 && nvec >= kForwardLoopVectors && nvec <= most;
 }
 
 // The looped kernel's block: `threads` threads, `vectors` vectors each in flight per step. kAuto:
-// a step covers the row where 1024 threads of 8 vectors can (nvec / 4 threads, at least 32, of
-// 4 vectors, up to 1024 threads; then up to 8 vectors), else steps of 1024 x 8.
+// a step covers the row where 1024 threads of 4 vectors can (nvec / 4 threads, at least 32, of
+// 4 vectors, up to 1024 threads); longer rows go in steps of 1024 threads of up to 8 vectors,
+// but LayerNorm rows the looped kernel takes by default (loop_by_default) in steps of 1024 x 4
+// (measured above: f32 LayerNorm 1024 x 32768 74% in steps of 1024 x 4, 72% of 1024 x 8).
 struct LoopedShape {
     int threads = 1024, vectors = 8;
 };
-LoopedShape looped_shape(long long cols, int vec) {
+LoopedShape looped_shape(long long cols, int vec, bool layer) {
     const long long nvec = (cols + vec - 1) / vec;
     LoopedShape s;
+    const int most_vectors = layer && nvec <= kForwardLoopMaxVectorsLayer ? 4 : 8;
     s.threads = (int)std::min<long long>(1024, std::max<long long>(32, pow2_floor(nvec / 4)));
-    s.vectors = (int)std::min<long long>(8, std::max<long long>(1, pow2_floor(nvec / s.threads)));
+    s.vectors = (int)std::min<long long>(most_vectors,
+                                         std::max<long long>(1, pow2_floor(nvec / s.threads)));
     if (g_tuning.forward_loop_threads != NormTuning::kAuto)
         s.threads = std::min(1024, std::max(32, (int)pow2_ceil(g_tuning.forward_loop_threads)));
     if (g_tuning.forward_loop_vectors != NormTuning::kAuto)
@@ -562,7 +576,7 @@ void forward_typed(const NormForwardArgs& a) {
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
     const bool layer = a.kind == NormKind::layer;
     const int looped_vec = vector_ok ? kVec : 1;
-    const LoopedShape looped = looped_shape(a.cols, looped_vec);
+    const LoopedShape looped = looped_shape(a.cols, looped_vec, layer);
     auto run_looped = [&] {
         if (!vector_ok) {
             if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
@@ -573,9 +587,10 @@ void forward_typed(const NormForwardArgs& a) {
             launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors);
         }
     };
-    if (g_tuning.forward_loop_cols == NormTuning::kAuto ? loop_by_default(a.cols, looped_vec)
-                                                         : a.cols >= g_tuning.forward_loop_cols)
-        return run_looped();
+    const bool loop = g_tuning.forward_loop_cols == NormTuning::kAuto
+                          ? loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr)
+                          : a.cols >= g_tuning.forward_loop_cols;
+    if (loop) return run_looped();
     const long long stage_from = g_tuning.forward_stage_cols == NormTuning::kAuto
                                      ? kForwardStageCols
                                      : g_tuning.forward_stage_cols;
