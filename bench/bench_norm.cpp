@@ -16,6 +16,7 @@
 //   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm;
 //   --columns: only these sweep columns (e.g. --columns "auto,loop 512x2,auto again").
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -161,7 +162,10 @@ std::vector<SweepColumn> sweep_columns() {
     column("auto", [](Tuning&) {});
     column("prefetch 0", [](Tuning& t) { t.prefetch_distance = 0; });
     column("registers", [](Tuning& t) { t.stage_bytes = 0; });
-    column("staged", [](Tuning& t) { t.forward_stage_cols = 1; });
+    column("staged", [](Tuning& t) {  // every row the staged forward can take, none looped
+        t.forward_stage_cols = 1;
+        t.forward_loop_cols = std::numeric_limits<int>::max();
+    });
     for (int vectors : {8, 4, 2, 1})  // auto is 2 or 4 (norm_forward.cu, row_vectors)
         column("row vec " + std::to_string(vectors),
                [&](Tuning& t) { t.forward_row_vectors = vectors; });
