@@ -54,12 +54,18 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
     for (int k = 0; k < VEC; ++k) out[k] = to_float(pk.v[k]);
 }
 
+// VEC fp32 values rounded to T, as one pack.
 template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
+__device__ __forceinline__ Pack<T, VEC> pack_of(const float (&in)[VEC]) {
     Pack<T, VEC> pk;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(in[k]);
-    *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
+    return pk;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
+    *reinterpret_cast<Pack<T, VEC>*>(p) = pack_of<T, VEC>(in);
 }
 
 // Stores of values this kernel and the next will not read again (y, dx): st.global.cs, which
@@ -69,15 +75,13 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
 // dx +1-3 points in the backward at N >= 8192, level elsewhere.
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec_stream(T* p, const float (&in)[VEC]) {
-    Pack<T, VEC> pk;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(in[k]);
-    if constexpr (sizeof(pk) == 16) {
+    if constexpr (sizeof(Pack<T, VEC>) == 16) {
+        const Pack<T, VEC> pk = pack_of<T, VEC>(in);
         uint4 u;
         memcpy(&u, &pk, sizeof(u));
         __stcs(reinterpret_cast<uint4*>(p), u);
     } else {
-        *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
+        store_vec<T, VEC>(p, in);  // smaller packs store plainly
     }
 }
 

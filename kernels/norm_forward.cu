@@ -532,15 +532,15 @@ bool loop_by_default(long long cols, int vec, bool layer, bool residual) {
 // The looped kernel's block: `threads` threads, `vectors` vectors each in flight per step. kAuto:
 // a step covers the row where 1024 threads of 4 vectors can (nvec / 4 threads, at least 32, of
 // 4 vectors, up to 1024 threads); longer rows go in steps of 1024 threads of up to 8 vectors,
-// but LayerNorm rows the looped kernel takes by default (loop_by_default) in steps of 1024 x 4
+// but rows loop_by_default takes (`by_default`: the longer LayerNorm rows) in steps of 1024 x 4
 // (measured above: f32 LayerNorm 1024 x 32768 74% in steps of 1024 x 4, 72% of 1024 x 8).
 struct LoopedShape {
     int threads = 1024, vectors = 8;
 };
-LoopedShape looped_shape(long long cols, int vec, bool layer) {
+LoopedShape looped_shape(long long cols, int vec, bool by_default) {
     const long long nvec = (cols + vec - 1) / vec;
     LoopedShape s;
-    const int most_vectors = layer && nvec <= kForwardLoopMaxVectorsLayer ? 4 : 8;
+    const int most_vectors = by_default ? 4 : 8;
     s.threads = (int)std::min<long long>(1024, std::max<long long>(32, pow2_floor(nvec / 4)));
     s.vectors = (int)std::min<long long>(most_vectors,
                                          std::max<long long>(1, pow2_floor(nvec / s.threads)));
@@ -576,7 +576,8 @@ void forward_typed(const NormForwardArgs& a) {
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
     const bool layer = a.kind == NormKind::layer;
     const int looped_vec = vector_ok ? kVec : 1;
-    const LoopedShape looped = looped_shape(a.cols, looped_vec, layer);
+    const bool loop_default = loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr);
+    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default);
     auto run_looped = [&] {
         if (!vector_ok) {
             if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
@@ -587,10 +588,9 @@ void forward_typed(const NormForwardArgs& a) {
             launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors);
         }
     };
-    const bool loop = g_tuning.forward_loop_cols == NormTuning::kAuto
-                          ? loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr)
-                          : a.cols >= g_tuning.forward_loop_cols;
-    if (loop) return run_looped();
+    if (g_tuning.forward_loop_cols == NormTuning::kAuto ? loop_default
+                                                         : a.cols >= g_tuning.forward_loop_cols)
+        return run_looped();
     const long long stage_from = g_tuning.forward_stage_cols == NormTuning::kAuto
                                      ? kForwardStageCols
                                      : g_tuning.forward_stage_cols;
