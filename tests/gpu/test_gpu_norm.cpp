@@ -10,6 +10,7 @@
 //
 // FG_NORM_TEST_MAX_ELEMS (environment) caps M * N, for compute-sanitizer runs.
 #include <cstdlib>
+#include <limits>
 
 #include "core/cuda_backend.h"
 #include "core/error.h"
@@ -292,6 +293,9 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.stage_bytes = t == 0 ? 0 : t == 2 ? 8 * 1024 : t == 3 ? 16 * 1024 : k.stage_bytes;
         k.split_blocks = t == 1 ? 1 : t == 2 ? 4 : kernels::NormTuning::kAuto;
         k.forward_stage_cols = t >= 2 ? 1 : kernels::NormTuning::kAuto;  // stage every row
+        // t == 2: every row that can be staged is, including those the looped kernel would
+        // take by default (t == 3 loops every row, below).
+        if (t == 2) k.forward_loop_cols = std::numeric_limits<int>::max();
         k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
         if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors
             k.forward_loop_cols = 1;
