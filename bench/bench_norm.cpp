@@ -162,6 +162,8 @@ std::vector<SweepColumn> sweep_columns() {
     column("auto", [](Tuning&) {});
     column("prefetch 0", [](Tuning& t) { t.prefetch_distance = 0; });
     column("registers", [](Tuning& t) { t.stage_bytes = 0; });
+    for (int stages : {3, 4})  // auto is 2
+        column("stages " + std::to_string(stages), [&](Tuning& t) { t.stages = stages; });
     column("staged", [](Tuning& t) {  // every row the staged forward can take, none looped
         t.forward_stage_cols = 1;
         t.forward_loop_cols = std::numeric_limits<int>::max();

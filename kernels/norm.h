@@ -90,6 +90,9 @@ struct NormTuning {
     // shared memory with bulk copies, where two groups fit (norm_common.cuh); 0: never, use the
     // register kernels.
     int stage_bytes = 32 * 1024;
+    // Row groups a staged block has in shared memory at once, the one it works on included (2 to
+    // 4). kAuto: each staged kernel's measured choice (2; norm_forward.cu, norm_backward.cu).
+    int stages = kAuto;
     // The forward stages rows of at least this many values (shorter rows: the register kernel).
     // kAuto: 16384, where staging measured faster on an H100 (norm_forward.cu).
     int forward_stage_cols = kAuto;

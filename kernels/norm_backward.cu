@@ -527,6 +527,28 @@ bool staging_supported() {
 // split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
 constexpr long long kSliceVectors = 1024;
 
+// Blocks and stages of the staged backward. Measured on an H200 (session 11, bench_norm --sweep,
+// % of copy, docs/norms.md section 5): two stages rather than four, and a row split over a
+// cluster in blocks of 256 threads rather than 512, so that two blocks share an SM (while one
+// waits on its cluster's row sums, the other works): f32 LayerNorm 2048 x 16384 61.9 -> 72.3,
+// 1024 x 32768 57.5 -> 70.0, bf16 RMSNorm 2048 x 16384 50.9 -> 60.9, f32 RMSNorm 8192 x 4096
+// (two stages alone) 78.4 -> 84.6; no shape lower by more than 1. Whole rows keep blocks of 512:
+// in 256 (two an SM, twice the columns a thread) bf16 1024-8192 lost 3-8 points.
+constexpr int kBackwardStages = 2;
+constexpr int kSplitThreads = 256;
+
+StagedRules backward_staged_rules(int max_elems) {
+    StagedRules r;
+    r.max_elems = max_elems;
+    r.whole_elems = kHeldElems;
+    r.slice_vectors = kSliceVectors;
+    r.finer = true;
+    r.whole_threads = 512;
+    r.split_threads = kSplitThreads;
+    r.max_stages = kBackwardStages;
+    return r;
+}
+
 int lock_rows_for(long long cols) {
     return cols <= 1024 ? 256 : cols <= 4096 ? 128 : cols <= 8192 ? 96 : 64;
 }
@@ -560,8 +582,7 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
         const int tuned = norm_tuning().backward_elems;
         const int staged_elems =
             tuned == NormTuning::kAuto ? kStagedElems : std::min(kStagedElems, tuned);
-        plan.staged = plan_staged(a.cols, eb, a.dh ? 3 : 2, staged_elems, kHeldElems,
-                                  kSliceVectors, true,
+        plan.staged = plan_staged(a.cols, eb, a.dh ? 3 : 2, backward_staged_rules(staged_elems),
                                   [](const StagedLayout&, long long) { return 0; });
         if (plan.staged.stages > 0) {
             plan.layout = plan.staged.rows;

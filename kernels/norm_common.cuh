@@ -472,31 +472,32 @@ inline long long pow2_floor(long long v) {  // 1 for v < 1
 }
 
 // Needs 16-byte vectors (cols * elem_bytes a multiple of 16, pointers aligned). Blocks of up to
-// 512 threads; a stage aims at `stage_target` bytes (whole rows), at least two stages must fit in
-// `smem_budget`, and a thread holds at most max_elems columns in at most 4 vectors (8 f32
-// vectors, 64 sums, spill).
+// `max_threads` threads (a power of two, at most 512); a stage aims at `stage_target` bytes (whole
+// rows), two to `max_stages` stages must fit in `smem_budget`, and a thread holds at most
+// max_elems columns in at most 4 vectors (8 f32 vectors, 64 sums, spill).
 inline StagedLayout staged_layout(long long cols, int elem_bytes, int streams, int max_elems,
-                                  std::size_t stage_target, std::size_t smem_budget) {
+                                  std::size_t stage_target, std::size_t smem_budget,
+                                  int max_threads, int max_stages) {
     StagedLayout s;
     const int vec = 16 / elem_bytes;
     const long long nvec = cols / vec;
     const int max_items = std::max(1, std::min(4, max_elems / vec));
     int tpr = 4;  // the fewest threads that can hold the row...
-    while (tpr < 512 && (nvec + tpr - 1) / tpr > max_items) tpr *= 2;
+    while (tpr < max_threads && (nvec + tpr - 1) / tpr > max_items) tpr *= 2;
     if ((nvec + tpr - 1) / tpr > max_items) return s;
-    // ... then more, while the stage could not hold enough rows to fill 512 threads.
+    // ... then more, while the stage could not hold enough rows to fill the block.
     const std::size_t row_bytes = (std::size_t)cols * elem_bytes * streams;
     long long rows_fit = 1;
     while ((std::size_t)(rows_fit * 2) * row_bytes <= stage_target) rows_fit *= 2;
-    long long wide = std::max<long long>(tpr, 512 / rows_fit);
-    tpr = (int)std::min<long long>(std::max<long long>(tpr, std::min(wide, pow2_ceil(nvec))), 512);
-    const int rpb = (int)std::min<long long>(512 / tpr, rows_fit);
+    long long wide = std::max<long long>(tpr, max_threads / rows_fit);
+    tpr = (int)std::min<long long>(std::max<long long>(tpr, std::min(wide, pow2_ceil(nvec))), max_threads);
+    const int rpb = (int)std::min<long long>(max_threads / tpr, rows_fit);
     s.rows.vec = vec;
     s.rows.tpr = tpr;
     s.rows.threads = tpr * rpb;
     s.rows.items = (int)pow2_ceil((nvec + tpr - 1) / tpr);
     s.stage_bytes = (std::size_t)rpb * row_bytes;
-    s.stages = (int)std::min<std::size_t>(kMaxStages, smem_budget / s.stage_bytes);
+    s.stages = (int)std::min<std::size_t>(max_stages, smem_budget / s.stage_bytes);
     if (s.stages < 2) s.stages = 0;
     return s;
 }
@@ -570,24 +571,42 @@ struct StagedPlan {
     std::size_t smem = 0;
 };
 
+// What a kernel asks of plan_staged: how much a thread may hold, how rows are split, and the
+// blocks and stages it runs best with (each kernel's measured choice, in its file).
+struct StagedRules {
+    int max_elems = 32;             // columns a thread sums or holds
+    int whole_elems = 32;           // a row staged whole: at most this many columns a thread
+    long long slice_vectors = 1024;  // split rows: slices of at most this many vectors
+    bool finer = false;             // split_candidates: try finer splits after the first
+    int whole_threads = 512;        // block threads when rows are staged whole
+    int split_threads = 512;        // ... when a block stages a slice of a split row
+    int max_stages = kMaxStages;    // NormTuning::stages, when set, overrides
+};
+
 // The staged plan for rows of `cols` values of `streams` tensors under the current tuning (the
 // caller has checked 16-byte vectors and staging_built_for). A row is staged whole when a block
 // can hold it with at most `whole_elems` columns a thread; otherwise it is split over a cluster
-// (split_candidates, slices of one row per stage, `finer` as there); otherwise it is not staged.
+// (split_candidates, slices of one row per stage); otherwise it is not staged.
 // `extra(layout, slice_cols)`: bytes of shared memory the kernel keeps besides its stages.
 template <typename Extra>
-StagedPlan plan_staged(long long cols, int elem_bytes, int streams, int max_elems,
-                       int whole_elems, long long slice_vectors, bool finer, Extra extra) {
+StagedPlan plan_staged(long long cols, int elem_bytes, int streams, const StagedRules& rules,
+                       Extra extra) {
     const NormTuning tuning = norm_tuning();
     StagedPlan plan;
     if (tuning.stage_bytes <= 0) return plan;
     const int vec = 16 / elem_bytes;
     const std::size_t budget = (std::size_t)device_info().smem_per_block_optin - 1024;  // static
+    const int max_stages = tuning.stages == NormTuning::kAuto
+                               ? rules.max_stages
+                               : std::max(2, std::min(kMaxStages, tuning.stages));
     // A split row's slices go one to a stage (the split kernels take one row per stage).
     auto layout_for = [&](long long c) {
+        const bool whole = c == cols;
         const std::size_t target =
-            c == cols ? (std::size_t)tuning.stage_bytes : (std::size_t)c * elem_bytes * streams;
-        StagedLayout l = staged_layout(c, elem_bytes, streams, max_elems, target, budget);
+            whole ? (std::size_t)tuning.stage_bytes : (std::size_t)c * elem_bytes * streams;
+        StagedLayout l =
+            staged_layout(c, elem_bytes, streams, rules.max_elems, target, budget,
+                          whole ? rules.whole_threads : rules.split_threads, max_stages);
         if (l.stages > 0) {  // room for the kernel's other buffers too
             const std::size_t more = extra(l, c);
             const std::size_t left = budget > more ? budget - more : 0;
@@ -597,9 +616,9 @@ StagedPlan plan_staged(long long cols, int elem_bytes, int streams, int max_elem
         return l;
     };
     StagedLayout sl = layout_for(cols);
-    const bool whole_ok = sl.stages > 0 && sl.rows.items * vec <= whole_elems;
-    for (int parts :
-         split_candidates(cols / vec, whole_ok, tuning.split_blocks, slice_vectors, finer)) {
+    const bool whole_ok = sl.stages > 0 && sl.rows.items * vec <= rules.whole_elems;
+    for (int parts : split_candidates(cols / vec, whole_ok, tuning.split_blocks,
+                                      rules.slice_vectors, rules.finer)) {
         if (cols % ((long long)parts * vec) != 0) continue;  // 16-byte slices
         StagedLayout slice = layout_for(cols / parts);
         if (slice.stages > 0 && slice.rows.rows_per_block() == 1) {

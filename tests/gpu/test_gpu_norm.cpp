@@ -278,8 +278,9 @@ TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 roundi
 TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
     // The tuning changes the launch (persistent grid size, elements per thread, threads a row,
     // 1024-thread rows, the looped path and its block shape, how far ahead rows are prefetched,
-    // rows staged in shared memory or held in registers, and how many per stage, in the backward
-    // and the forward, rows split over clusters of 2, 4 or 8 blocks or not), never the math.
+    // rows staged in shared memory or held in registers, how many per stage and how many stages,
+    // in the backward and the forward, rows split over clusters of 2, 4 or 8 blocks or not),
+    // never the math.
     // Rows per block > 1, one row per block, rows split over a cluster, and the looped path; M
     // large enough that each persistent block loops over several row groups.
     REQUIRE(cuda_is_available());
@@ -291,6 +292,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.forward_elems = t == 2 ? 16 : t == 3 ? 4 : 32;
         k.backward_elems = t == 2 ? 8 : t == 3 ? 4 : 16;
         k.stage_bytes = t == 0 ? 0 : t == 2 ? 8 * 1024 : t == 3 ? 16 * 1024 : k.stage_bytes;
+        k.stages = t == 2 ? 3 : t == 3 ? 4 : kernels::NormTuning::kAuto;  // kAuto: 2
         k.split_blocks = t == 1 ? 1 : t == 2 ? 4 : kernels::NormTuning::kAuto;
         k.forward_stage_cols = t >= 2 ? 1 : kernels::NormTuning::kAuto;  // stage every row
         // t == 2: every row that can be staged is, including those the looped kernel would
@@ -319,7 +321,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
             for (const kernels::NormTuning& t : tunings) {
                 INFO("tuning: threads/SM " << t.grid_threads_per_sm << ", elems " << t.forward_elems
                      << " / " << t.backward_elems << ", prefetch " << t.prefetch_distance
-                     << ", stage bytes " << t.stage_bytes << ", split " << t.split_blocks
+                     << ", stage bytes " << t.stage_bytes << " x " << t.stages
+                     << ", split " << t.split_blocks
                      << ", forward staged from " << t.forward_stage_cols << " columns"
                      << ", looped from " << t.forward_loop_cols << " columns ("
                      << t.forward_loop_threads << " x " << t.forward_loop_vectors
