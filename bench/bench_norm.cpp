@@ -164,6 +164,8 @@ std::vector<SweepColumn> sweep_columns() {
     column("registers", [](Tuning& t) { t.stage_bytes = 0; });
     for (int stages : {3, 4})  // auto is 2
         column("stages " + std::to_string(stages), [&](Tuning& t) { t.stages = stages; });
+    for (int elems : {16, 8, 4})  // columns a backward thread takes (auto: see NormTuning)
+        column("bwd elems " + std::to_string(elems), [&](Tuning& t) { t.backward_elems = elems; });
     column("staged", [](Tuning& t) {  // every row the staged forward can take, none looped
         t.forward_stage_cols = 1;
         t.forward_loop_cols = std::numeric_limits<int>::max();

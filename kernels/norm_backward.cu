@@ -527,17 +527,23 @@ bool staging_supported() {
 // split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
 constexpr long long kSliceVectors = 1024;
 
-// Blocks and stages of the staged backward. Measured on an H200 (session 11, bench_norm --sweep,
-// % of copy, docs/norms.md section 5): two stages rather than four, and a row split over a
-// cluster in blocks of 256 threads rather than 512, so that two blocks share an SM (while one
-// waits on its cluster's row sums, the other works): f32 LayerNorm 2048 x 16384 61.9 -> 72.3,
-// 1024 x 32768 57.5 -> 70.0, bf16 RMSNorm 2048 x 16384 50.9 -> 60.9, f32 RMSNorm 8192 x 4096
-// (two stages alone) 78.4 -> 84.6; no shape lower by more than 1. Whole rows keep blocks of 512:
-// in 256 (two an SM, twice the columns a thread) bf16 1024-8192 lost 3-8 points.
+// Blocks and stages of the staged backward, for rows of `nvec` vectors of `elem_bytes` values.
+// Measured on an H200 (session 11, bench_norm --sweep, % of copy, docs/norms.md section 5):
+// - two stages rather than four: f32 RMSNorm 8192 x 4096 78.4 -> 84.6, no shape lower by more
+//   than 1;
+// - a row split over a cluster in blocks of 256 threads rather than 512, so that two blocks share
+//   an SM (while one waits on its cluster's row sums, the other works): f32 LayerNorm 2048 x 16384
+//   61.9 -> 72.3, 1024 x 32768 57.5 -> 70.0, bf16 RMSNorm 2048 x 16384 50.9 -> 60.9;
+// - bf16 / f16 rows of up to 512 vectors (N <= 4096) in blocks of 256 threads holding at most 16
+//   columns each (two blocks an SM, each with its own barriers; the same work a thread):
+//   RMSNorm 32768 x 1024 71 -> 74.7, LayerNorm 66.3 -> 69.4, 16384 x 384 +1.2-1.5, 8192 x 4096
+//   +0.5-1. With 32 columns a thread they lost 3-8 points; f32 rows of 1024-8192 lost 2-5 in such
+//   blocks (f32 16384 x 384 gained 2-3: not taken, one shape).
 constexpr int kBackwardStages = 2;
 constexpr int kSplitThreads = 256;
+constexpr long long kHalfBlockVectors = 512;  // bf16 / f16 rows this short: 256-thread blocks
 
-StagedRules backward_staged_rules(int max_elems) {
+StagedRules backward_staged_rules(int max_elems, int elem_bytes, long long nvec) {
     StagedRules r;
     r.max_elems = max_elems;
     r.whole_elems = kHeldElems;
@@ -546,6 +552,10 @@ StagedRules backward_staged_rules(int max_elems) {
     r.whole_threads = 512;
     r.split_threads = kSplitThreads;
     r.max_stages = kBackwardStages;
+    if (elem_bytes == 2 && nvec <= kHalfBlockVectors) {
+        r.whole_threads = 256;
+        r.max_elems = std::min(max_elems, kHeldElems);
+    }
     return r;
 }
 
@@ -582,7 +592,8 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
         const int tuned = norm_tuning().backward_elems;
         const int staged_elems =
             tuned == NormTuning::kAuto ? kStagedElems : std::min(kStagedElems, tuned);
-        plan.staged = plan_staged(a.cols, eb, a.dh ? 3 : 2, backward_staged_rules(staged_elems),
+        plan.staged = plan_staged(a.cols, eb, a.dh ? 3 : 2,
+                                  backward_staged_rules(staged_elems, eb, a.cols / vec),
                                   [](const StagedLayout&, long long) { return 0; });
         if (plan.staged.stages > 0) {
             plan.layout = plan.staged.rows;
