@@ -168,7 +168,7 @@ std::vector<SweepColumn> sweep_columns() {
         column("bwd elems " + std::to_string(elems), [&](Tuning& t) { t.backward_elems = elems; });
     column("staged", [](Tuning& t) {  // every row the staged forward can take, none looped
         t.forward_stage_cols = 1;
-        t.forward_loop_cols = std::numeric_limits<int>::max();
+        t.forward_loop_cols = Tuning::kNever;
     });
     for (int vectors : {8, 4, 2, 1})  // auto is 2 or 4 (norm_forward.cu, row_vectors)
         column("row vec " + std::to_string(vectors),

@@ -17,6 +17,7 @@
 // reset in-stream, so the launches can be captured in a CUDA graph.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 
 #include "elementwise.h"  // ScalarType
@@ -117,6 +118,9 @@ struct NormTuning {
     // blocks (or more, where the slices would not fit), for every staged row.
     int split_blocks = kAuto;
     static constexpr int kAuto = -1;
+    // forward_stage_cols / forward_loop_cols: no row by that rule (rows too long for registers
+    // that cannot be staged are still looped).
+    static constexpr int kNever = INT_MAX;
 };
 void set_norm_tuning(const NormTuning& t);
 NormTuning norm_tuning();

@@ -156,6 +156,15 @@ __device__ __forceinline__ float2 group_sum2(float2 v, int tpr, float* scratch) 
     return make_float2(warp_sum(scratch[slot], warps), warp_sum(scratch[32 + slot], warps));
 }
 
+// The 16 bytes of a vector load as a Pack (the cache-hinted loads below read into a uint4).
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> pack_from_bits(const uint4& bits) {
+    Pack<T, VEC> out;
+    static_assert(sizeof(out) == sizeof(bits));
+    memcpy(&out, &bits, sizeof(bits));
+    return out;
+}
+
 // Loads of a row that is read twice (the looped forward): the first read asks L1 and L2 to keep
 // the lines (evict_last in both), so that the second still finds them, in L1 if it can; the
 // second reads them as last used (ld.global.cs) and gives them back their normal L2 priority.
@@ -173,10 +182,7 @@ __device__ __forceinline__ Pack<T, VEC> load_pack_keep(const T* p) {
                      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                      : "l"(__cvta_generic_to_global(p)), "l"(policy)
                      : "memory");
-        Pack<T, VEC> out;
-        static_assert(sizeof(out) == sizeof(r));
-        memcpy(&out, &r, sizeof(r));
-        return out;
+        return pack_from_bits<T, VEC>(r);
     } else {
         return *reinterpret_cast<const Pack<T, VEC>*>(p);
     }
@@ -196,9 +202,7 @@ __device__ __forceinline__ Pack<T, VEC> load_pack_last_use(const T* p) {
         // the kernel timed next moved by 4-8 points of copy). The thread holding the start of
         // a 128-byte line hands it back to normal priority (see also row_last_use).
         if ((reinterpret_cast<std::uintptr_t>(p) & 127) == 0) l2_evict_normal(p);
-        Pack<T, VEC> out;
-        memcpy(&out, &r, sizeof(r));
-        return out;
+        return pack_from_bits<T, VEC>(r);
     } else {
         return *reinterpret_cast<const Pack<T, VEC>*>(p);
     }

@@ -297,7 +297,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.forward_stage_cols = t >= 2 ? 1 : kernels::NormTuning::kAuto;  // stage every row
         // t == 2: every row that can be staged is, including those the looped kernel would
         // take by default (t == 3 loops every row, below).
-        if (t == 2) k.forward_loop_cols = std::numeric_limits<int>::max();
+        if (t == 2) k.forward_loop_cols = kernels::NormTuning::kNever;
         k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
         if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors
             k.forward_loop_cols = 1;
