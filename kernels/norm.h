@@ -81,7 +81,8 @@ struct NormTuning {
     int forward_elems = 32;  // elements of x a forward thread holds in registers
     // ... a backward thread (it also holds dy and two sums per element). kAuto: for (b), one
     // 16-byte vector when the row is at most 256 vectors (1024 f32 / 2048 bf16 values); else 16.
-    // Staged rows (below): kAuto is 32, and at most 4 vectors.
+    // Staged rows (below): kAuto is 32, and at most 4 vectors; bf16 / f16 rows of up to 4096
+    // values, which take 256-thread blocks, at most 16 (norm_backward.cu).
     int backward_elems = kAuto;
     // Rows prefetched into L2 ahead of use (0: none). Backward (b): the row group a persistent
     // block handles this many iterations later. Forward: the group this many waves of blocks on.
