@@ -16,7 +16,6 @@
 //   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm;
 //   --columns: only these sweep columns (e.g. --columns "auto,loop 512x2,auto again").
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 #include <string>
 

@@ -494,7 +494,8 @@ inline StagedLayout staged_layout(long long cols, int elem_bytes, int streams, i
     long long rows_fit = 1;
     while ((std::size_t)(rows_fit * 2) * row_bytes <= stage_target) rows_fit *= 2;
     long long wide = std::max<long long>(tpr, max_threads / rows_fit);
-    tpr = (int)std::min<long long>(std::max<long long>(tpr, std::min(wide, pow2_ceil(nvec))), max_threads);
+    tpr = (int)std::min<long long>(std::max<long long>(tpr, std::min(wide, pow2_ceil(nvec))),
+                                   max_threads);
     const int rpb = (int)std::min<long long>(max_threads / tpr, rows_fit);
     s.rows.vec = vec;
     s.rows.tpr = tpr;

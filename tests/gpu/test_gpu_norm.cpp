@@ -10,7 +10,6 @@
 //
 // FG_NORM_TEST_MAX_ELEMS (environment) caps M * N, for compute-sanitizer runs.
 #include <cstdlib>
-#include <limits>
 
 #include "core/cuda_backend.h"
 #include "core/error.h"
