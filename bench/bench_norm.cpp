@@ -1,8 +1,9 @@
 // bench/bench_norm.cpp: the fused norm kernels on the shapes of KERNELS.md, beside the copy
 // bandwidth of the same run and beside the same math built from fusegrad's unfused ops.
-//   fwd        fused forward (y and the statistics a backward needs)
+//   fwd        fused forward as training runs it: y and the statistics the backward needs
 //   bwd grid   fused backward, strategy (b): dx, dw (and db) through persistent-grid partials
 //   bwd locked fused backward, strategy (a): lock-guarded partial rows
+//   fwd inference  fused forward without the statistics (what a forward under no_grad needs)
 //   unfused    the same math from fusegrad ops (f32 ops; bf16 inputs cast in and out), forward,
 //              and backward through autograd
 // Bytes counted (KERNELS.md): forward 2 M N s, backward 3 M N s, s the element size; weights,
@@ -53,8 +54,8 @@ Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tenso
     return add(mul(mul(xc, rsqrt(add(var, eps))), w), b);
 }
 
-// Rows: fwd, bwd grid, bwd locked (unless `locked` is false), and (with `unfused`) unfused fwd and
-// bwd.
+// Rows: fwd, bwd grid, bwd locked (unless `locked` is false), fwd inference, and (with
+// `unfused`) unfused fwd and bwd.
 std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind, DType dt,
                              DType wt, NormShape s, bool unfused = true, bool locked = true) {
     const char* kname = kind == NormKind::rms ? "rmsnorm" : "layernorm";
@@ -120,6 +121,12 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
         add_row(std::string("bwd ") + kernels::norm_reduction_name(red),
                 timer.median_ms([&] { cuda.norm_backward(a); }), bwd_bytes);
     }
+
+    // The forward as inference runs it: y alone. PyTorch's forward under no_grad writes no
+    // statistics either, and is timed beside this one (bench/norm_torch.py).
+    kernels::NormForwardArgs inference = f;
+    inference.mean = inference.rstd = nullptr;
+    add_row("fwd inference", timer.median_ms([&] { cuda.norm_forward(inference); }), fwd_bytes);
 
     if (!unfused) return rows;
     // Unfused: fusegrad's f32 ops (bf16 cast in and out, as a framework without the kernel would).
