@@ -32,7 +32,8 @@ def main():
             continue
         norm, dtype, *what = r["name"].split(" ")
         by.setdefault((dtype, norm, r["shape"]), {})[" ".join(what)] = r["value"]
-    passes = ("fwd_train", "fwd_infer", "bwd")
+    # PyTorch's figure for each pass, and the name of the pass in the verdict column.
+    passes = {"fwd_train": "fwd", "fwd_infer": "fwd inference", "bwd": "bwd"}
     best = {}
     for r in torch["rows"]:
         key = (r["dtype"], r["norm"], r["shape"])
@@ -56,8 +57,7 @@ def main():
         slower = [k for k in passes if not ours_of[k] / copy > t[k][0] / tc]
         for k in passes:
             faster_count[k] += k not in slower
-        names = {"fwd_train": "fwd", "fwd_infer": "fwd inference", "bwd": "bwd"}
-        verdict = "yes" if not slower else "no: " + ", ".join(names[k] for k in slower)
+        verdict = "yes" if not slower else "no: " + ", ".join(passes[k] for k in slower)
         fwd_ok = v["fwd"] / copy >= fwd_target(m, n)
         bwd_ok = v["bwd grid"] / copy >= bwd_target(m, n)
         print(f"| {dtype} | {norm} | {shape} | {pct(v['fwd'], copy)} | "
