@@ -179,6 +179,8 @@ std::vector<SweepColumn> sweep_columns() {
     for (int vectors : {8, 4, 2, 1})  // auto is 2 or 4 (norm_forward.cu, row_vectors)
         column("row vec " + std::to_string(vectors),
                [&](Tuning& t) { t.forward_row_vectors = vectors; });
+    // Short rows in the register kernel that reads its threads a row at run time.
+    column("run-time tpr", [](Tuning& t) { t.forward_fixed_rows = 0; });
     // Looped blocks of threads x vectors: the shapes one step of 4096 vectors, or less, takes.
     const int looped[][2] = {{256, 4}, {512, 2}, {1024, 1}, {512, 4}, {1024, 2}, {1024, 4},
                              {1024, 8}};

@@ -119,22 +119,29 @@ constexpr int forward_max_threads() {
     return ITEMS * VEC * forward_bytes_per_elem<T, W>() <= 64 ? 1024 : 512;
 }
 
-template <typename T, typename W, int VEC, int ITEMS, bool LAYER>
+// TPR: the threads a row when known at compile time (rows of 4 to 32 threads, a warp or part of
+// one: the row sums are a fixed chain of shuffles, the row place two constant masks), or 0 for
+// the run-time `tpr` (rows of any power of two, block-wide sums when over 32). ITEMS need not be
+// a power of two for TPR > 0 (a row of 48 vectors: 16 threads of 3). Columns within a row are
+// 32-bit offsets from the row's start (a row held in registers has at most 2^16 values).
+template <typename T, typename W, int VEC, int ITEMS, bool LAYER, int TPR>
 __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
-    norm_forward_kernel(ForwardParams<T, W> p, int tpr, long long prefetch_ahead) {
+    norm_forward_kernel(ForwardParams<T, W> p, int tpr_arg, long long prefetch_ahead) {
     __shared__ float scratch[64];
+    const int tpr = TPR > 0 ? TPR : tpr_arg;
     const RowPlace place = row_place(tpr);
     const int rpb = place.rows_per_block, group = place.group, lane = place.lane;
     prefetch_forward(p, prefetch_ahead, rpb);
     const long long row = (long long)blockIdx.x * rpb + group;
     const bool active = row < p.rows;
     const long long base = row * p.cols;
+    const int cols = active ? (int)p.cols : 0;  // an inactive row loads nothing
     Pack<T, VEC> v[ITEMS];
     float s = 0.0f;  // RMSNorm: sum x^2
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-        long long col = ((long long)i * tpr + lane) * VEC;
-        if (active && col < p.cols) {
+        const int col = (i * tpr + lane) * VEC;
+        if (col < cols) {
             load_input_pack<T, W, VEC>(p, base + col, v[i]);
         } else {
 #pragma unroll
@@ -152,8 +159,8 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
         a = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            long long col = ((long long)i * tpr + lane) * VEC;
-            if (active && col < p.cols) {
+            const int col = (i * tpr + lane) * VEC;
+            if (col < cols) {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
                     float d = to_float(v[i].v[k]) - shift;
@@ -173,8 +180,8 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-        long long col = ((long long)i * tpr + lane) * VEC;
-        if (col >= p.cols) continue;
+        const int col = (i * tpr + lane) * VEC;
+        if (col >= cols) continue;
         float w[VEC], b[VEC], out[VEC];
         load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, col, w, b);
 #pragma unroll
@@ -421,21 +428,54 @@ long long prefetch_ahead(int waves, const void* kernel, int threads) {
     return (long long)waves * resident_blocks_per_sm(kernel, threads, 0) * device_info().sm_count;
 }
 
+// Calls f(integral_constant<int, TPR>, integral_constant<int, ITEMS>) for rows of tpr = 4, 8,
+// 16 or 32 threads holding 1 to 4 vectors each: the register kernels built with those constants.
+template <typename F>
+void with_fixed_row(int tpr, int items, F&& f) {
+    auto items_of = [&](auto tpr_tag) {
+        switch (items) {
+            case 1: f(tpr_tag, std::integral_constant<int, 1>{}); break;
+            case 2: f(tpr_tag, std::integral_constant<int, 2>{}); break;
+            case 3: f(tpr_tag, std::integral_constant<int, 3>{}); break;
+            default: f(tpr_tag, std::integral_constant<int, 4>{}); break;
+        }
+    };
+    switch (tpr) {
+        case 4: items_of(std::integral_constant<int, 4>{}); break;
+        case 8: items_of(std::integral_constant<int, 8>{}); break;
+        case 16: items_of(std::integral_constant<int, 16>{}); break;
+        default: items_of(std::integral_constant<int, 32>{}); break;
+    }
+}
+
 // One block per row group (blocks come and go; that measured faster here than a persistent
-// grid). Each block prefetches the group some waves ahead of its own (forward_prefetch).
+// grid). Each block prefetches the group some waves ahead of its own (forward_prefetch). Rows of
+// 16-byte vectors on at most 32 threads, at most 4 vectors each, take the kernel built for their
+// threads a row, holding exactly the vectors the row needs (row_layout rounds them up to a power
+// of two: a row of 48 vectors on 16 threads holds 3, not 4) unless the tuning says otherwise.
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
     const int waves = forward_prefetch(false, (int)sizeof(T), p.cols);
-    unsigned blocks = (unsigned)((p.rows + l.rows_per_block() - 1) / l.rows_per_block());
-    auto launch = [&](auto items_tag) {  // only what row_layout can choose is instantiated
-        constexpr int kItems = decltype(items_tag)::value;
-        if constexpr (kItems * VEC <= kForwardElems) {
-            auto kernel = norm_forward_kernel<T, W, VEC, kItems, LAYER>;
-            kernel<<<blocks, l.threads, 0, stream()>>>(
-                p, l.tpr, prefetch_ahead(waves, (const void*)kernel, l.threads));
-        }
+    const unsigned blocks = (unsigned)((p.rows + l.rows_per_block() - 1) / l.rows_per_block());
+    auto run = [&](auto kernel) {
+        kernel<<<blocks, l.threads, 0, stream()>>>(
+            p, l.tpr, prefetch_ahead(waves, (const void*)kernel, l.threads));
     };
-    with_items(l.items, launch);
+    const int items = (int)((p.cols / VEC + l.tpr - 1) / l.tpr);  // the vectors a row needs
+    if (VEC > 1 && l.tpr <= 32 && items <= 4 && g_tuning.forward_fixed_rows) {
+        if constexpr (VEC > 1) {  // (scalar rows never get here: no kernels built for them)
+            with_fixed_row(l.tpr, items, [&](auto tpr_tag, auto items_tag) {
+                run(norm_forward_kernel<T, W, VEC, decltype(items_tag)::value, LAYER,
+                                        decltype(tpr_tag)::value>);
+            });
+        }
+    } else {
+        with_items(l.items, [&](auto items_tag) {  // only what row_layout can choose is built
+            constexpr int kItems = decltype(items_tag)::value;
+            if constexpr (kItems * VEC <= kForwardElems)
+                run(norm_forward_kernel<T, W, VEC, kItems, LAYER, 0>);
+        });
+    }
     FG_LAUNCH_CHECK();
 }
 

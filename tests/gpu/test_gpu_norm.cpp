@@ -298,6 +298,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         // take by default (t == 3 loops every row, below).
         if (t == 2) k.forward_loop_cols = kernels::NormTuning::kNever;
         k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
+        k.forward_fixed_rows = t == 1 ? 0 : 1;  // short rows with run-time threads a row
         if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors
             k.forward_loop_cols = 1;
             k.forward_loop_threads = t == 1 ? 256 : 1024;
@@ -325,9 +326,38 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
                      << ", forward staged from " << t.forward_stage_cols << " columns"
                      << ", looped from " << t.forward_loop_cols << " columns ("
                      << t.forward_loop_threads << " x " << t.forward_loop_vectors
-                     << "), row vectors " << t.forward_row_vectors);
+                     << "), row vectors " << t.forward_row_vectors
+                     << ", fixed rows " << t.forward_fixed_rows);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
+            }
+        }
+    }
+}
+
+TEST_CASE("short rows on every fixed threads-a-row and vectors-a-thread kernel", "[gpu][norm]") {
+    // Rows of 1 to 128 16-byte vectors, laid over 4 to 32 threads of 1 to 4 vectors by the row
+    // vector targets 1, 2 and 4: together they reach all sixteen register kernels built for their
+    // threads a row (norm_forward.cu, with_fixed_row), most of them with a last vector that only
+    // some lanes hold. M = 37: the last block holds fewer rows than the others.
+    REQUIRE(cuda_is_available());
+    struct Restore {
+        ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
+    } restore;
+    int k = 0;
+    for (DType xt : {DType::f32, DType::bf16}) {
+        const std::int64_t vec = 16 / static_cast<std::int64_t>(dtype_size(xt));
+        for (int target : {1, 2, 4}) {
+            kernels::NormTuning t;
+            t.forward_row_vectors = target;
+            kernels::set_norm_tuning(t);
+            for (std::int64_t nvec : {1, 5, 7, 11, 13, 19, 25, 35, 51, 67, 99, 128}) {
+                for (NormKind kind : {NormKind::rms, NormKind::layer}) {
+                    INFO("row vectors " << target);
+                    const int bits = k++;
+                    check_case(Case{kind, xt, DType::f32, true, (bits & 1) != 0, (bits & 2) != 0,
+                                    (bits & 4) != 0, kEps[bits % 3], 37, nvec * vec});
+                }
             }
         }
     }
