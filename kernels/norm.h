@@ -111,9 +111,10 @@ struct NormTuning {
     // row, more work each); kAuto: 2, or 4 for LayerNorm of bf16 / f16 and rows without 16-byte
     // vectors (norm_forward.cu, row_vectors).
     int forward_row_vectors = kAuto;
-    // 1: rows of 16-byte vectors held by at most 32 threads, at most 4 vectors each, take register
-    // kernels built for their threads a row and vectors a thread (compile-time constants); 0: the
-    // kernel that reads the threads a row at run time, holding a power of two of vectors.
+    // 1: rows of 16-byte vectors held by at most 128 threads, at most 4 vectors each, take
+    // register kernels built for their threads a row and vectors a thread (compile-time
+    // constants); 0: the kernel that reads the threads a row at run time, holding a power of two
+    // of vectors (norm_forward.cu, launch_forward).
     int forward_fixed_rows = 1;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows

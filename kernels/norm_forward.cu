@@ -119,11 +119,11 @@ constexpr int forward_max_threads() {
     return ITEMS * VEC * forward_bytes_per_elem<T, W>() <= 64 ? 1024 : 512;
 }
 
-// TPR: the threads a row when known at compile time (rows of 4 to 32 threads, a warp or part of
-// one: the row sums are a fixed chain of shuffles, the row place two constant masks), or 0 for
-// the run-time `tpr` (rows of any power of two, block-wide sums when over 32). ITEMS need not be
-// a power of two for TPR > 0 (a row of 48 vectors: 16 threads of 3). Columns within a row are
-// 32-bit offsets from the row's start (a row held in registers has at most 2^16 values).
+// TPR: the threads a row when known at compile time (4 to 128: the row sums are a fixed chain of
+// shuffles, plus one exchange through shared memory over 32; the row place is two constant
+// masks), or 0 for the run-time `tpr` (any power of two up to 1024). ITEMS need not be a power
+// of two for TPR > 0 (a row of 48 vectors: 16 threads of 3). Columns within a row are 32-bit
+// offsets from the row's start (a row held in registers has at most 2^16 values).
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER, int TPR>
 __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     norm_forward_kernel(ForwardParams<T, W> p, int tpr_arg, long long prefetch_ahead) {
@@ -428,8 +428,9 @@ long long prefetch_ahead(int waves, const void* kernel, int threads) {
     return (long long)waves * resident_blocks_per_sm(kernel, threads, 0) * device_info().sm_count;
 }
 
-// Calls f(integral_constant<int, TPR>, integral_constant<int, ITEMS>) for rows of tpr = 4, 8,
-// 16 or 32 threads holding 1 to 4 vectors each: the register kernels built with those constants.
+// Calls f(integral_constant<int, TPR>, integral_constant<int, ITEMS>) for rows of tpr = 4 to 128
+// threads (a power of two) holding 1 to 4 vectors each: the register kernels built with those
+// constants.
 template <typename F>
 void with_fixed_row(int tpr, int items, F&& f) {
     auto items_of = [&](auto tpr_tag) {
@@ -444,15 +445,21 @@ void with_fixed_row(int tpr, int items, F&& f) {
         case 4: items_of(std::integral_constant<int, 4>{}); break;
         case 8: items_of(std::integral_constant<int, 8>{}); break;
         case 16: items_of(std::integral_constant<int, 16>{}); break;
-        default: items_of(std::integral_constant<int, 32>{}); break;
+        case 32: items_of(std::integral_constant<int, 32>{}); break;
+        case 64: items_of(std::integral_constant<int, 64>{}); break;
+        default: items_of(std::integral_constant<int, 128>{}); break;
     }
 }
 
 // One block per row group (blocks come and go; that measured faster here than a persistent
 // grid). Each block prefetches the group some waves ahead of its own (forward_prefetch). Rows of
-// 16-byte vectors on at most 32 threads, at most 4 vectors each, take the kernel built for their
-// threads a row, holding exactly the vectors the row needs (row_layout rounds them up to a power
-// of two: a row of 48 vectors on 16 threads holds 3, not 4) unless the tuning says otherwise.
+// 16-byte vectors on at most 128 threads, at most 4 vectors each, take the kernel built for
+// their threads a row, holding exactly the vectors the row needs (row_layout rounds them up to a
+// power of two: a row of 48 vectors on 16 threads holds 3, not 4) unless the tuning says
+// otherwise. Measured on an H200 (bench_norm --sweep, 'run-time tpr' against the defaults, % of
+// copy, docs/norms.md session 13): bf16 LayerNorm 16384 x 384 43 -> 46, 32768 x 1024 78 -> 80,
+// 8192 x 512 33 -> 35; f32 LayerNorm 16384 x 384 63 -> 65.5, 8192 x 512 56 -> 58; bf16 RMSNorm
+// 16384 x 384 47.7 -> 49.5; the rest within a point.
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
     const int waves = forward_prefetch(false, (int)sizeof(T), p.cols);
@@ -462,7 +469,7 @@ void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
             p, l.tpr, prefetch_ahead(waves, (const void*)kernel, l.threads));
     };
     const int items = (int)((p.cols / VEC + l.tpr - 1) / l.tpr);  // the vectors a row needs
-    if (VEC > 1 && l.tpr <= 32 && items <= 4 && g_tuning.forward_fixed_rows) {
+    if (VEC > 1 && l.tpr <= 128 && items <= 4 && g_tuning.forward_fixed_rows) {
         if constexpr (VEC > 1) {  // (scalar rows never get here: no kernels built for them)
             with_fixed_row(l.tpr, items, [&](auto tpr_tag, auto items_tag) {
                 run(norm_forward_kernel<T, W, VEC, decltype(items_tag)::value, LAYER,

@@ -336,8 +336,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
 }
 
 TEST_CASE("short rows on every fixed threads-a-row and vectors-a-thread kernel", "[gpu][norm]") {
-    // Rows of 1 to 128 16-byte vectors, laid over 4 to 32 threads of 1 to 4 vectors by the row
-    // vector targets 1, 2 and 4: together they reach all sixteen register kernels built for their
+    // Rows of 1 to 500 16-byte vectors, laid over 4 to 128 threads of 1 to 4 vectors by the row
+    // vector targets 1, 2 and 4: together they reach all 24 register kernels built for their
     // threads a row (norm_forward.cu, with_fixed_row), most of them with a last vector that only
     // some lanes hold. M = 37: the last block holds fewer rows than the others.
     REQUIRE(cuda_is_available());
@@ -351,7 +351,8 @@ TEST_CASE("short rows on every fixed threads-a-row and vectors-a-thread kernel",
             kernels::NormTuning t;
             t.forward_row_vectors = target;
             kernels::set_norm_tuning(t);
-            for (std::int64_t nvec : {1, 5, 7, 11, 13, 19, 25, 35, 51, 67, 99, 128}) {
+            for (std::int64_t nvec :
+                 {1, 5, 7, 11, 13, 19, 25, 35, 51, 67, 99, 128, 131, 195, 259, 387, 500}) {
                 for (NormKind kind : {NormKind::rms, NormKind::layer}) {
                     INFO("row vectors " << target);
                     const int bits = k++;
