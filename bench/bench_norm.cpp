@@ -192,6 +192,11 @@ std::vector<SweepColumn> sweep_columns() {
             t.forward_loop_vectors = vectors;
         });
     }
+    // Looped rows loading 1 or 2 of their vectors at once in the second pass (auto: 2, 1 for
+    // LayerNorm of 2-byte values; 4 at 8 vectors a step).
+    for (int batch : {1, 2})
+        column("loop batch " + std::to_string(batch),
+               [&](Tuning& t) { t.forward_loop_batch = batch; });
     // The defaults again, last: how far the figures drift over a shape's columns (the columns
     // differ by less than that only in what the sweep cannot tell apart).
     column("auto again", [](Tuning&) {});

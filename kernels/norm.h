@@ -51,6 +51,9 @@ struct NormForwardArgs {
     float* mean = nullptr;  // LayerNorm statistics; both may be null when no backward follows
     float* rstd = nullptr;
 };
+// The longest row the forward takes (its columns are 32-bit offsets within a row): 2^30 values,
+// 4 GiB of f32. Longer rows throw.
+constexpr long long kNormMaxCols = 1LL << 30;
 void norm_forward(const NormForwardArgs& a);
 
 struct NormBackwardArgs {
@@ -107,6 +110,9 @@ struct NormTuning {
     // each of them has in flight per step (1, 2, 4 or 8). kAuto: norm_forward.cu's measured rule.
     int forward_loop_threads = kAuto;
     int forward_loop_vectors = kAuto;
+    // Of those vectors, how many a looped thread loads at once in its second pass, before it
+    // stores any y (1 to the vectors a step). kAuto: norm_forward.cu's measured rule.
+    int forward_loop_batch = kAuto;
     // Vectors a forward thread aims to hold when the row is held in registers (fewer threads a
     // row, more work each); kAuto: 2, or 4 for LayerNorm of bf16 / f16 and rows without 16-byte
     // vectors (norm_forward.cu, row_vectors).

@@ -190,21 +190,34 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     }
 }
 
+// The most vectors a looped thread loads at once in its second pass, for UNROLL vectors a step:
+// at two blocks an SM (UNROLL <= 4, 32 registers a thread) 2 (a batch of 4 spills), at one block
+// an SM (UNROLL = 8, 64 registers) 4.
+constexpr int max_loop_batch(int unroll) { return unroll > 4 ? 4 : unroll < 2 ? unroll : 2; }
+
 // Rows streamed twice through one block (rows too long for registers, and rows where this
 // measured faster): the row goes by in steps of blockDim * VEC * UNROLL values, a thread having
 // UNROLL vectors in flight at once. Pass one reads x (adding the residual and writing h, if
 // fused) for the statistics, asking L2 to keep the lines; pass two reads x (or h) again, mostly
-// from L2, marks the lines as last used and writes y.
-template <typename T, typename W, int VEC, int UNROLL, bool LAYER>
+// from L2, marks the lines as last used and writes y, in batches of BATCH vectors a thread, all
+// of a batch's loads issued before any y is stored (the compiler may not move a load past a
+// store that could alias it). Columns are 32-bit offsets from the row's start (norm_forward
+// takes rows of at most kNormMaxCols values).
+template <typename T, typename W, int VEC, int UNROLL, bool LAYER, int BATCH>
 __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
     norm_forward_looped_kernel(ForwardParams<T, W> p, long long prefetch_ahead) {
+    static_assert(BATCH >= 1 && BATCH <= max_loop_batch(UNROLL));
     __shared__ float scratch[64];
     prefetch_forward(p, prefetch_ahead, 1);
     const long long row = blockIdx.x;
     const long long base = row * p.cols;
-    const long long step = (long long)blockDim.x * VEC;  // one vector of every thread
-    const long long first = (long long)threadIdx.x * VEC;
-    const T* src = p.residual ? p.h_out : p.x;  // after the first pass, read h back
+    const int cols = (int)p.cols;
+    const int step = (int)blockDim.x * VEC;  // one vector of every thread
+    const int first = (int)threadIdx.x * VEC;
+    const T* const x_row = p.x + base;
+    // After the first pass, read h back.
+    const T* const src_row = (p.residual ? p.h_out : p.x) + base;
+    T* const y_row = p.y + base;
     const float shift = LAYER ? row_first(p, base) : 0.0f;
     float s = 0.0f, q = 0.0f;  // RMSNorm: s = sum x^2; LayerNorm: s, q = sums of d, d^2, d = x - shift
     auto add = [&](const Pack<T, VEC>& v) {
@@ -215,19 +228,19 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
             q += d * d;
         }
     };
-    long long col = first;
+    int col = first;
     // Whole steps of x alone (a fused residual, two loads a vector, goes one vector at a time).
     if (!p.residual) {
-        for (; col + (UNROLL - 1) * step < p.cols; col += UNROLL * step) {
+        for (; col + (UNROLL - 1) * step < cols; col += UNROLL * step) {
             Pack<T, VEC> v[UNROLL];
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)  // every load issued before any is used
-                v[u] = load_pack_keep<T, VEC>(p.x + base + col + u * step);
+                v[u] = load_pack_keep<T, VEC>(x_row + col + u * step);
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) add(v[u]);
         }
     }
-    for (; col < p.cols; col += step) add(load_input_keep<T, W, VEC>(p, base + col));  // the rest
+    for (; col < cols; col += step) add(load_input_keep<T, W, VEC>(p, base + col));  // the rest
     float mu, rstd;  // shifted sums, as in the register kernel: one pass for both statistics
     row_statistics<LAYER>(forward_row_sums<LAYER>(s, q, blockDim.x, scratch), shift,
                           p.inv_n, p.eps, mu, rstd);
@@ -235,29 +248,24 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
         p.rstd[row] = rstd;
         if (LAYER) p.mean[row] = mu;
     }
-    // The second read, mostly from L2, in batches of BATCH vectors loaded before any y is stored
-    // (the compiler may not move a load past a store that could alias it). At two blocks an SM
-    // (UNROLL <= 4, 32 registers) a batch of one: the other block's first pass keeps memory busy,
-    // and more would spill. At one block an SM, half a step.
-    constexpr int BATCH = UNROLL > 4 ? UNROLL / 2 : 1;
-    auto write = [&](const Pack<T, VEC>& v, long long c) {
+    auto write = [&](const Pack<T, VEC>& v, int c) {
         float w[VEC], b[VEC], out[VEC];
         load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, c, w, b);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) out[k] = (to_float(v.v[k]) - mu) * rstd * w[k] + b[k];
-        store_vec_stream<T, VEC>(p.y + base + c, out);
+        store_vec_stream<T, VEC>(y_row + c, out);
     };
     col = first;
-    for (; col + (BATCH - 1) * step < p.cols; col += BATCH * step) {  // whole batches
+    for (; col + (BATCH - 1) * step < cols; col += BATCH * step) {  // whole batches
         Pack<T, VEC> v[BATCH];
 #pragma unroll
         for (int u = 0; u < BATCH; ++u)
-            v[u] = load_pack_last_use<T, VEC>(src + base + col + u * step);
+            v[u] = load_pack_last_use<T, VEC>(src_row + col + u * step);
 #pragma unroll
         for (int u = 0; u < BATCH; ++u) write(v[u], col + u * step);
     }
-    for (; col < p.cols; col += step) write(load_pack_last_use<T, VEC>(src + base + col), col);
-    if (threadIdx.x == 0) row_last_use<T, VEC>(src + base);
+    for (; col < cols; col += step) write(load_pack_last_use<T, VEC>(src_row + col), col);
+    if (threadIdx.x == 0) row_last_use<T, VEC>(src_row);
 }
 
 // Rows staged in shared memory (Hopper; see norm_common.cuh). A persistent block has the copy
@@ -487,19 +495,24 @@ void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
 }
 
 // The looped kernel: one block of `threads` a row, `vectors` vectors a thread per step (1, 2, 4
-// or 8; scalar rows, VEC = 1, always take 4).
+// or 8; scalar rows, VEC = 1, always take 4), and `batch` of them loaded at once in pass two
+// (at most `vectors`; looped_shape).
 template <typename T, typename W, int VEC, bool LAYER>
-void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vectors) {
+void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vectors, int batch) {
     const int waves = forward_prefetch(true, (int)sizeof(T), p.cols);
-    auto launch = [&](auto unroll_tag) {
+    auto launch = [&](auto unroll_tag, auto batch_tag) {
         constexpr int kUnroll = decltype(unroll_tag)::value;
-        if constexpr (VEC > 1 || kUnroll == 4) {
-            auto kernel = norm_forward_looped_kernel<T, W, VEC, kUnroll, LAYER>;
+        constexpr int kBatch = decltype(batch_tag)::value;
+        if constexpr ((VEC > 1 || kUnroll == 4) && kBatch <= max_loop_batch(kUnroll)) {
+            auto kernel = norm_forward_looped_kernel<T, W, VEC, kUnroll, LAYER, kBatch>;
             kernel<<<(unsigned)p.rows, threads, 0, stream()>>>(
                 p, prefetch_ahead(waves, (const void*)kernel, threads));
         }
     };
-    with_items(VEC > 1 ? vectors : 4, launch);
+    with_items(VEC > 1 ? vectors : 4, [&](auto unroll_tag) {
+        with_items(std::min(batch, max_loop_batch(decltype(unroll_tag)::value)),
+                   [&](auto batch_tag) { launch(unroll_tag, batch_tag); });
+    });
     FG_LAUNCH_CHECK();
 }
 
@@ -525,7 +538,7 @@ constexpr int kForwardStages = 2;
 
 bool staging_supported() {
     static const bool ok =
-        staging_built_for((const void*)norm_forward_looped_kernel<float, float, 4, 1, false>);
+        staging_built_for((const void*)norm_forward_looped_kernel<float, float, 4, 1, false, 1>);
     return ok;
 }
 
@@ -586,10 +599,16 @@ bool loop_by_default(long long cols, int vec, bool layer, bool residual) {
 // 4 vectors, up to 1024 threads); longer rows go in steps of 1024 threads of up to 8 vectors,
 // but rows loop_by_default takes (`by_default`: the longer LayerNorm rows) in steps of 1024 x 4
 // (measured above: f32 LayerNorm 1024 x 32768 74% in steps of 1024 x 4, 72% of 1024 x 8).
+// A thread's second pass loads 2 vectors at once (4 at 8 vectors a step), but for LayerNorm of
+// 2-byte values, 1. Measured on an H200 (session 14, bench_norm --sweep, % of copy, 2 against 1,
+// same build): f32 RMSNorm 2048 x 16384 89.6 against 85.8, 4096 x 8192 91.3 against 89.7,
+// 8192 x 4096 91.6 against 90.6, f32 LayerNorm 1024 x 32768 75.6 against 74.0, bf16 RMSNorm
+// 2048 x 16384 80.0 against 78.9, 4096 x 8192 83.0 against 82.2; bf16 LayerNorm 0.2-1.0 lower
+// at all four looped shapes (and on an H100 1.5-2.5 lower at 4096 x 8192 and 2048 x 16384).
 struct LoopedShape {
-    int threads = 1024, vectors = 8;
+    int threads = 1024, vectors = 8, batch = 4;
 };
-LoopedShape looped_shape(long long cols, int vec, bool by_default) {
+LoopedShape looped_shape(long long cols, int vec, bool by_default, bool layer, int elem_bytes) {
     const long long nvec = (cols + vec - 1) / vec;
     LoopedShape s;
     const int most_vectors = by_default ? 4 : 8;
@@ -600,6 +619,10 @@ LoopedShape looped_shape(long long cols, int vec, bool by_default) {
         s.threads = std::min(1024, std::max(32, (int)pow2_ceil(g_tuning.forward_loop_threads)));
     if (g_tuning.forward_loop_vectors != NormTuning::kAuto)
         s.vectors = std::min(8, std::max(1, (int)pow2_ceil(g_tuning.forward_loop_vectors)));
+    s.batch = s.vectors > 4 ? 4 : layer && elem_bytes == 2 ? 1 : 2;
+    if (g_tuning.forward_loop_batch != NormTuning::kAuto)
+        s.batch = (int)pow2_ceil(std::min(8, std::max(1, g_tuning.forward_loop_batch)));
+    s.batch = std::min(s.batch, max_loop_batch(s.vectors));
     return s;
 }
 
@@ -629,15 +652,20 @@ void forward_typed(const NormForwardArgs& a) {
     const bool layer = a.kind == NormKind::layer;
     const int looped_vec = vector_ok ? kVec : 1;
     const bool loop_default = loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr);
-    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default);
+    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default, layer, sizeof(T));
     auto run_looped = [&] {
         if (!vector_ok) {
-            if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
-            else launch_forward_looped<T, W, 1, false>(p, looped.threads, 4);
+            // (scalar rows: 4 values a step, one at a time in pass two unless the tuning says)
+            const int batch =
+                g_tuning.forward_loop_batch == NormTuning::kAuto ? 1 : looped.batch;
+            if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4, batch);
+            else launch_forward_looped<T, W, 1, false>(p, looped.threads, 4, batch);
         } else if (layer) {
-            launch_forward_looped<T, W, kVec, true>(p, looped.threads, looped.vectors);
+            launch_forward_looped<T, W, kVec, true>(p, looped.threads, looped.vectors,
+                                                    looped.batch);
         } else {
-            launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors);
+            launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors,
+                                                     looped.batch);
         }
     };
     if (g_tuning.forward_loop_cols == NormTuning::kAuto ? loop_default
@@ -692,6 +720,9 @@ NormTuning norm_tuning() { return g_tuning; }
 
 void norm_forward(const NormForwardArgs& a) {
     if (a.rows == 0 || a.cols == 0) return;
+    if (a.cols > kNormMaxCols)
+        throw CudaError("[norm] forward: rows of " + std::to_string(a.cols) +
+                        " values; the kernels take at most 2^30 a row");
     switch (a.x_type) {
         case ScalarType::f32: forward_typed<float, float>(a); break;
         case ScalarType::bf16: forward_weight<__nv_bfloat16>(a); break;

@@ -276,7 +276,7 @@ TEST_CASE("strategy (b) is bitwise repeatable, and (a) agrees within fp32 roundi
 
 TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
     // The tuning changes the launch (persistent grid size, elements per thread, threads a row,
-    // 1024-thread rows, the looped path and its block shape, how far ahead rows are prefetched,
+    // 1024-thread rows, the looped path, its block shape and second-pass batch, how far ahead rows are prefetched,
     // rows staged in shared memory or held in registers, how many per stage and how many stages,
     // in the backward and the forward, rows split over clusters of 2, 4 or 8 blocks or not),
     // never the math.
@@ -299,10 +299,11 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         if (t == 2) k.forward_loop_cols = kernels::NormTuning::kNever;
         k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
         k.forward_fixed_rows = t == 1 ? 0 : 1;  // short rows with run-time threads a row
-        if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors
-            k.forward_loop_cols = 1;
+        if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors,
+            k.forward_loop_cols = 1;  // the second pass loading 1 and 2 at once
             k.forward_loop_threads = t == 1 ? 256 : 1024;
             k.forward_loop_vectors = t == 1 ? 2 : 4;
+            k.forward_loop_batch = t == 1 ? 1 : 2;
         }
         tunings.push_back(k);
     }
@@ -325,8 +326,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
                      << ", split " << t.split_blocks
                      << ", forward staged from " << t.forward_stage_cols << " columns"
                      << ", looped from " << t.forward_loop_cols << " columns ("
-                     << t.forward_loop_threads << " x " << t.forward_loop_vectors
-                     << "), row vectors " << t.forward_row_vectors
+                     << t.forward_loop_threads << " x " << t.forward_loop_vectors << ", batch "
+                     << t.forward_loop_batch << "), row vectors " << t.forward_row_vectors
                      << ", fixed rows " << t.forward_fixed_rows);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
@@ -380,6 +381,16 @@ TEST_CASE("misaligned inputs take the scalar path and stay right", "[gpu][norm]"
         REQUIRE(x.grad().defined());
         for (float v : x.grad().to_vector<float>()) REQUIRE(std::isfinite(v));
     }
+}
+
+TEST_CASE("rows longer than the forward takes are an error before any launch", "[gpu][norm]") {
+    // The looped forward indexes a row with 32-bit offsets (kernels::kNormMaxCols); nothing is
+    // read, so the pointers can stay null.
+    kernels::NormForwardArgs a;
+    a.rows = 1;
+    a.cols = kernels::kNormMaxCols + 1;
+    REQUIRE_THROWS_WITH(kernels::norm_forward(a),
+                        Catch::Matchers::Contains("at most 2^30 a row"));
 }
 
 TEST_CASE("zero rows are a no-op, and no grad means no statistics", "[gpu][norm]") {
