@@ -111,7 +111,8 @@ struct NormTuning {
     int forward_loop_threads = kAuto;
     int forward_loop_vectors = kAuto;
     // Of those vectors, how many a looped thread loads at once in its second pass, before it
-    // stores any y (1 to the vectors a step). kAuto: norm_forward.cu's measured rule.
+    // stores any y: 1 or 2 (4 at 8 vectors a step; larger asks are cut to that). kAuto:
+    // norm_forward.cu's measured rule (launch_forward_looped).
     int forward_loop_batch = kAuto;
     // Vectors a forward thread aims to hold when the row is held in registers (fewer threads a
     // row, more work each); kAuto: 2, or 4 for LayerNorm of bf16 / f16 and rows without 16-byte

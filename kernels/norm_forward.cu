@@ -495,11 +495,22 @@ void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
 }
 
 // The looped kernel: one block of `threads` a row, `vectors` vectors a thread per step (1, 2, 4
-// or 8; scalar rows, VEC = 1, always take 4), and `batch` of them loaded at once in pass two
-// (at most `vectors`; looped_shape).
+// or 8; scalar rows, VEC = 1, always take 4). Pass two loads 2 of them at once (4 at 8 vectors a
+// step), but 1 for LayerNorm of 2-byte values and for scalar rows; NormTuning::forward_loop_batch
+// overrides that, up to max_loop_batch. Measured on an H200 (session 14, bench_norm --sweep, % of
+// copy, 2 against 1, same build): f32 RMSNorm 2048 x 16384 89.6 against 85.8, 4096 x 8192 91.3
+// against 89.7, 8192 x 4096 91.6 against 90.6, f32 LayerNorm 1024 x 32768 75.6 against 74.0,
+// bf16 RMSNorm 2048 x 16384 80.0 against 78.9, 4096 x 8192 83.0 against 82.2; bf16 LayerNorm
+// 0.2-1.0 lower at all four looped shapes (and on an H100 1.5-2.5 lower at 4096 x 8192 and
+// 2048 x 16384). Scalar rows were not measured.
 template <typename T, typename W, int VEC, bool LAYER>
-void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vectors, int batch) {
+void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vectors) {
     const int waves = forward_prefetch(true, (int)sizeof(T), p.cols);
+    const int unroll = VEC > 1 ? vectors : 4;
+    int batch = unroll > 4 ? 4 : (LAYER && sizeof(T) == 2) || VEC == 1 ? 1 : 2;
+    if (g_tuning.forward_loop_batch != NormTuning::kAuto)
+        batch = (int)pow2_ceil(std::min(8, std::max(1, g_tuning.forward_loop_batch)));
+    batch = std::min(batch, max_loop_batch(unroll));  // only these are built
     auto launch = [&](auto unroll_tag, auto batch_tag) {
         constexpr int kUnroll = decltype(unroll_tag)::value;
         constexpr int kBatch = decltype(batch_tag)::value;
@@ -509,9 +520,8 @@ void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vector
                 p, prefetch_ahead(waves, (const void*)kernel, threads));
         }
     };
-    with_items(VEC > 1 ? vectors : 4, [&](auto unroll_tag) {
-        with_items(std::min(batch, max_loop_batch(decltype(unroll_tag)::value)),
-                   [&](auto batch_tag) { launch(unroll_tag, batch_tag); });
+    with_items(unroll, [&](auto unroll_tag) {
+        with_items(batch, [&](auto batch_tag) { launch(unroll_tag, batch_tag); });
     });
     FG_LAUNCH_CHECK();
 }
@@ -599,16 +609,10 @@ bool loop_by_default(long long cols, int vec, bool layer, bool residual) {
 // 4 vectors, up to 1024 threads); longer rows go in steps of 1024 threads of up to 8 vectors,
 // but rows loop_by_default takes (`by_default`: the longer LayerNorm rows) in steps of 1024 x 4
 // (measured above: f32 LayerNorm 1024 x 32768 74% in steps of 1024 x 4, 72% of 1024 x 8).
-// A thread's second pass loads 2 vectors at once (4 at 8 vectors a step), but for LayerNorm of
-// 2-byte values, 1. Measured on an H200 (session 14, bench_norm --sweep, % of copy, 2 against 1,
-// same build): f32 RMSNorm 2048 x 16384 89.6 against 85.8, 4096 x 8192 91.3 against 89.7,
-// 8192 x 4096 91.6 against 90.6, f32 LayerNorm 1024 x 32768 75.6 against 74.0, bf16 RMSNorm
-// 2048 x 16384 80.0 against 78.9, 4096 x 8192 83.0 against 82.2; bf16 LayerNorm 0.2-1.0 lower
-// at all four looped shapes (and on an H100 1.5-2.5 lower at 4096 x 8192 and 2048 x 16384).
 struct LoopedShape {
-    int threads = 1024, vectors = 8, batch = 4;
+    int threads = 1024, vectors = 8;
 };
-LoopedShape looped_shape(long long cols, int vec, bool by_default, bool layer, int elem_bytes) {
+LoopedShape looped_shape(long long cols, int vec, bool by_default) {
     const long long nvec = (cols + vec - 1) / vec;
     LoopedShape s;
     const int most_vectors = by_default ? 4 : 8;
@@ -619,10 +623,6 @@ LoopedShape looped_shape(long long cols, int vec, bool by_default, bool layer, i
         s.threads = std::min(1024, std::max(32, (int)pow2_ceil(g_tuning.forward_loop_threads)));
     if (g_tuning.forward_loop_vectors != NormTuning::kAuto)
         s.vectors = std::min(8, std::max(1, (int)pow2_ceil(g_tuning.forward_loop_vectors)));
-    s.batch = s.vectors > 4 ? 4 : layer && elem_bytes == 2 ? 1 : 2;
-    if (g_tuning.forward_loop_batch != NormTuning::kAuto)
-        s.batch = (int)pow2_ceil(std::min(8, std::max(1, g_tuning.forward_loop_batch)));
-    s.batch = std::min(s.batch, max_loop_batch(s.vectors));
     return s;
 }
 
@@ -652,20 +652,15 @@ void forward_typed(const NormForwardArgs& a) {
     const bool layer = a.kind == NormKind::layer;
     const int looped_vec = vector_ok ? kVec : 1;
     const bool loop_default = loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr);
-    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default, layer, sizeof(T));
+    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default);
     auto run_looped = [&] {
         if (!vector_ok) {
-            // (scalar rows: 4 values a step, one at a time in pass two unless the tuning says)
-            const int batch =
-                g_tuning.forward_loop_batch == NormTuning::kAuto ? 1 : looped.batch;
-            if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4, batch);
-            else launch_forward_looped<T, W, 1, false>(p, looped.threads, 4, batch);
+            if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
+            else launch_forward_looped<T, W, 1, false>(p, looped.threads, 4);
         } else if (layer) {
-            launch_forward_looped<T, W, kVec, true>(p, looped.threads, looped.vectors,
-                                                    looped.batch);
+            launch_forward_looped<T, W, kVec, true>(p, looped.threads, looped.vectors);
         } else {
-            launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors,
-                                                     looped.batch);
+            launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors);
         }
     };
     if (g_tuning.forward_loop_cols == NormTuning::kAuto ? loop_default
