@@ -123,6 +123,10 @@ struct NormTuning {
     // constants); 0: the kernel that reads the threads a row at run time, holding a power of two
     // of vectors (norm_forward.cu, launch_forward).
     int forward_fixed_rows = 1;
+    // 1: the register and looped forwards take a path built for the usual modules' affine case
+    // (a weight, not zero-centred, a bias for LayerNorm and none for RMSNorm) when the call is
+    // that case; 0: every call reads weight, bias and zero-centring at run time (norm_forward.cu).
+    int forward_usual_affine = 1;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
     // a block cannot stage well whole, into the fewest slices of at most 16 KiB in the backward

@@ -85,11 +85,31 @@ __device__ __forceinline__ void store_vec_stream(T* p, const float (&in)[VEC]) {
     }
 }
 
+// What a kernel knows at compile time about y = x_hat * w' + b. kAffineAny: nothing; the weight,
+// the bias and zero-centring are read at run time (every case: no weight, w' = 1; no bias,
+// b = 0). kAffineWeight / kAffineWeightBias: the usual modules' case, a weight, not zero-centred,
+// and no bias (RMSNorm) / a bias (LayerNorm): no defaults to build, no 0 or 1 added to every
+// weight, no predicated loads. (Nsight Compute, the looped forward of bf16 RMSNorm 4096 x 8192
+// with f32 weights: 19.6 M instructions -> 16.3 M, 26 of the 84 its second pass spent a vector.)
+constexpr int kAffineAny = 0, kAffineWeight = 1, kAffineWeightBias = 2;
+// The usual case for a norm: LayerNorm with a bias, RMSNorm without one.
+constexpr int usual_affine(bool layer) { return layer ? kAffineWeightBias : kAffineWeight; }
+
 // Weight and bias of one vector of columns: w' (1 + w when zero-centred, 1 without a weight), b
-// (0 without a bias).
-template <typename W, int VEC>
+// (0 without a bias); with AFFINE other than kAffineAny, the case it names (zc is not read).
+template <typename W, int VEC, int AFFINE = kAffineAny>
 __device__ __forceinline__ void load_affine(const W* weight, const W* bias, bool zc, long long col,
                                             float (&w)[VEC], float (&b)[VEC]) {
+    if constexpr (AFFINE != kAffineAny) {
+        load_vec<W, VEC>(weight + col, w);
+        if constexpr (AFFINE == kAffineWeightBias) {
+            load_vec<W, VEC>(bias + col, b);
+        } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) b[k] = 0.0f;
+        }
+        return;
+    }
     if (weight) {
         load_vec<W, VEC>(weight + col, w);
 #pragma unroll

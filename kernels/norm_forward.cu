@@ -25,6 +25,9 @@ struct ForwardParams {
     float eps;
     float inv_n;  // 1 / cols, rounded once on the host
     bool zero_centered;
+    // A weight, not zero-centred, and a bias exactly for LayerNorm (usual_affine): the kernels
+    // take their compile-time path for that case (load_affine's kAffineWeight(Bias)).
+    bool usual_affine;
     const T* x;
     const T* residual;
     T* h_out;
@@ -119,6 +122,14 @@ constexpr int forward_max_threads() {
     return ITEMS * VEC * forward_bytes_per_elem<T, W>() <= 64 ? 1024 : 512;
 }
 
+// Whether a register kernel has the usual-affine path (load_affine's kAffineWeight(Bias)) beside
+// the run-time one: not for 2-byte weights on threads holding the most values (kForwardElems),
+// where the second path spilled 16-28 bytes (-Xptxas -v, sm_90; bf16, 4 vectors a thread).
+template <typename W, int VEC, int ITEMS>
+constexpr bool register_usual_path() {
+    return !(sizeof(W) == 2 && ITEMS * VEC == kForwardElems);
+}
+
 // TPR: the threads a row when known at compile time (4 to 128: the row sums are a fixed chain of
 // shuffles, plus one exchange through shared memory over 32; the row place is two constant
 // masks), or 0 for the run-time `tpr` (any power of two up to 1024). ITEMS need not be a power
@@ -178,22 +189,40 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
         p.rstd[row] = rstd;
         if (LAYER) p.mean[row] = mu;
     }
+    auto write_row = [&](auto affine_tag) {  // y, with the affine case as a constant
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        const int col = (i * tpr + lane) * VEC;
-        if (col >= cols) continue;
-        float w[VEC], b[VEC], out[VEC];
-        load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, col, w, b);
+        for (int i = 0; i < ITEMS; ++i) {
+            const int col = (i * tpr + lane) * VEC;
+            if (col >= cols) continue;
+            float w[VEC], b[VEC], out[VEC];
+            load_affine<W, VEC, decltype(affine_tag)::value>(p.weight, p.bias, p.zero_centered,
+                                                             col, w, b);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) out[k] = (to_float(v[i].v[k]) - mu) * rstd * w[k] + b[k];
-        store_vec_stream<T, VEC>(p.y + base + col, out);
-    }
+            for (int k = 0; k < VEC; ++k)
+                out[k] = (to_float(v[i].v[k]) - mu) * rstd * w[k] + b[k];
+            store_vec_stream<T, VEC>(p.y + base + col, out);
+        }
+    };
+    if (register_usual_path<W, VEC, ITEMS>() && p.usual_affine)
+        write_row(std::integral_constant<int, usual_affine(LAYER)>{});
+    else
+        write_row(std::integral_constant<int, kAffineAny>{});
 }
 
 // The most vectors a looped thread loads at once in its second pass, for UNROLL vectors a step:
 // at two blocks an SM (UNROLL <= 4, 32 registers a thread) 2 (a batch of 4 spills), at one block
 // an SM (UNROLL = 8, 64 registers) 4.
 constexpr int max_loop_batch(int unroll) { return unroll > 4 ? 4 : unroll < 2 ? unroll : 2; }
+
+// Whether the looped kernel has the usual-affine path beside the run-time one: not for LayerNorm
+// of 2-byte values with f32 weights or two vectors a batch, where its unconditional w and b
+// loads spilled 4-96 bytes at 32 registers (-Xptxas -v, sm_90), and the run-time path, in the
+// same kernel, measured 5-8 points of copy lower for it (H200, bf16 LayerNorm 4096 x 8192 and
+// longer, f32 weights).
+template <typename T, typename W, bool LAYER, int BATCH>
+constexpr bool looped_usual_path() {
+    return !(LAYER && sizeof(T) == 2 && (sizeof(W) > sizeof(T) || BATCH > 1));
+}
 
 // Rows streamed twice through one block (rows too long for registers, and rows where this
 // measured faster): the row goes by in steps of blockDim * VEC * UNROLL values, a thread having
@@ -248,23 +277,31 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
         p.rstd[row] = rstd;
         if (LAYER) p.mean[row] = mu;
     }
-    auto write = [&](const Pack<T, VEC>& v, int c) {
-        float w[VEC], b[VEC], out[VEC];
-        load_affine<W, VEC>(p.weight, p.bias, p.zero_centered, c, w, b);
+    // Pass two, with the affine case as a constant.
+    auto pass_two = [&](auto affine_tag) {
+        auto write = [&](const Pack<T, VEC>& v, int c) {
+            float w[VEC], b[VEC], out[VEC];
+            load_affine<W, VEC, decltype(affine_tag)::value>(p.weight, p.bias, p.zero_centered,
+                                                             c, w, b);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) out[k] = (to_float(v.v[k]) - mu) * rstd * w[k] + b[k];
-        store_vec_stream<T, VEC>(y_row + c, out);
+            for (int k = 0; k < VEC; ++k) out[k] = (to_float(v.v[k]) - mu) * rstd * w[k] + b[k];
+            store_vec_stream<T, VEC>(y_row + c, out);
+        };
+        int c = first;
+        for (; c + (BATCH - 1) * step < cols; c += BATCH * step) {  // whole batches
+            Pack<T, VEC> v[BATCH];
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u)
+                v[u] = load_pack_last_use<T, VEC>(src_row + c + u * step);
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) write(v[u], c + u * step);
+        }
+        for (; c < cols; c += step) write(load_pack_last_use<T, VEC>(src_row + c), c);
     };
-    col = first;
-    for (; col + (BATCH - 1) * step < cols; col += BATCH * step) {  // whole batches
-        Pack<T, VEC> v[BATCH];
-#pragma unroll
-        for (int u = 0; u < BATCH; ++u)
-            v[u] = load_pack_last_use<T, VEC>(src_row + col + u * step);
-#pragma unroll
-        for (int u = 0; u < BATCH; ++u) write(v[u], col + u * step);
-    }
-    for (; col < cols; col += step) write(load_pack_last_use<T, VEC>(src_row + col), col);
+    if (looped_usual_path<T, W, LAYER, BATCH>() && p.usual_affine)
+        pass_two(std::integral_constant<int, usual_affine(LAYER)>{});
+    else
+        pass_two(std::integral_constant<int, kAffineAny>{});
     if (threadIdx.x == 0) row_last_use<T, VEC>(src_row);
 }
 
@@ -640,7 +677,15 @@ int row_vectors(bool layer, int elem_bytes, bool vector_ok) {
 
 template <typename T, typename W>
 void forward_typed(const NormForwardArgs& a) {
-    ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered,
+    const bool layer = a.kind == NormKind::layer;
+    // The usual modules' weight and bias on their own path (load_affine). Measured on an H200
+    // (session 15, bench_norm --sweep, 'any affine' against the default, forward % of copy): with
+    // bf16 weights bf16 RMSNorm 8192 x 4096 78.4 -> 83.5, 4096 x 8192 81.4 -> 84.9, 1024 x 32768
+    // 75.7 -> 79.9, bf16 LayerNorm 1024 x 32768 66.2 -> 70.3; with f32 weights bf16 RMSNorm
+    // 8192 x 4096 81.2 -> 83.5; f32 level.
+    const bool usual = g_tuning.forward_usual_affine && a.weight && !a.zero_centered &&
+                       (a.bias != nullptr) == layer;
+    ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered, usual,
                           static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
                           static_cast<T*>(a.h_out), static_cast<const W*>(a.weight),
                           static_cast<const W*>(a.bias), static_cast<T*>(a.y), a.mean, a.rstd};
@@ -649,7 +694,6 @@ void forward_typed(const NormForwardArgs& a) {
     for (const void* ptr : {a.x, a.residual, (const void*)a.h_out, (const void*)a.y})
         vector_ok = vector_ok && aligned_to(ptr, 16);
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
-    const bool layer = a.kind == NormKind::layer;
     const int looped_vec = vector_ok ? kVec : 1;
     const bool loop_default = loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr);
     const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default);

@@ -278,7 +278,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
     // The tuning changes the launch (persistent grid size, elements per thread, threads a row,
     // 1024-thread rows, the looped path, its block shape and second-pass batch, how far ahead rows are prefetched,
     // rows staged in shared memory or held in registers, how many per stage and how many stages,
-    // in the backward and the forward, rows split over clusters of 2, 4 or 8 blocks or not),
+    // in the backward and the forward, rows split over clusters of 2, 4 or 8 blocks or not, the
+    // usual affine case on its own path or read at run time),
     // never the math.
     // Rows per block > 1, one row per block, rows split over a cluster, and the looped path; M
     // large enough that each persistent block loops over several row groups.
@@ -299,6 +300,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         if (t == 2) k.forward_loop_cols = kernels::NormTuning::kNever;
         k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
         k.forward_fixed_rows = t == 1 ? 0 : 1;  // short rows with run-time threads a row
+        k.forward_usual_affine = t == 2 ? 0 : 1;  // the usual affine case read at run time
         if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors,
             k.forward_loop_cols = 1;  // the second pass loading 1 and 2 at once
             k.forward_loop_threads = t == 1 ? 256 : 1024;
@@ -328,7 +330,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
                      << ", looped from " << t.forward_loop_cols << " columns ("
                      << t.forward_loop_threads << " x " << t.forward_loop_vectors << ", batch "
                      << t.forward_loop_batch << "), row vectors " << t.forward_row_vectors
-                     << ", fixed rows " << t.forward_fixed_rows);
+                     << ", fixed rows " << t.forward_fixed_rows
+                     << ", usual affine " << t.forward_usual_affine);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
             }
