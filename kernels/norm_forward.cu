@@ -214,14 +214,16 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
 // an SM (UNROLL = 8, 64 registers) 4.
 constexpr int max_loop_batch(int unroll) { return unroll > 4 ? 4 : unroll < 2 ? unroll : 2; }
 
-// Whether the looped kernel has the usual-affine path beside the run-time one: not for LayerNorm
-// of 2-byte values with f32 weights or two vectors a batch, where its unconditional w and b
-// loads spilled 4-96 bytes at 32 registers (-Xptxas -v, sm_90), and the run-time path, in the
-// same kernel, measured 5-8 points of copy lower for it (H200, bf16 LayerNorm 4096 x 8192 and
-// longer, f32 weights).
+// Whether the looped kernel has the usual-affine path beside the run-time one: for RMSNorm, and
+// for LayerNorm of 2-byte values and weights one vector a batch. Not for LayerNorm of 2-byte
+// values with f32 weights or two vectors a batch, where its unconditional w and b loads spilled
+// 4-96 bytes at 32 registers (-Xptxas -v, sm_90) and the run-time path, in the same kernel,
+// measured 5-8 points of copy lower (H200, bf16 LayerNorm 4096 x 8192 and longer); nor for f32
+// LayerNorm, level at one step a row and a point lower at two (1024 x 32768: 74.0-74.2 against
+// 74.9-75.0 on the H200 over two runs, 78.8 against 79.6 on the H100; bench_norm --sweep).
 template <typename T, typename W, bool LAYER, int BATCH>
 constexpr bool looped_usual_path() {
-    return !(LAYER && sizeof(T) == 2 && (sizeof(W) > sizeof(T) || BATCH > 1));
+    return !LAYER || (sizeof(T) == 2 && sizeof(W) == 2 && BATCH == 1);
 }
 
 // Rows streamed twice through one block (rows too long for registers, and rows where this
@@ -680,9 +682,9 @@ void forward_typed(const NormForwardArgs& a) {
     const bool layer = a.kind == NormKind::layer;
     // The usual modules' weight and bias on their own path (load_affine). Measured on an H200
     // (session 15, bench_norm --sweep, 'any affine' against the default, forward % of copy): with
-    // bf16 weights bf16 RMSNorm 8192 x 4096 78.4 -> 83.5, 4096 x 8192 81.4 -> 84.9, 1024 x 32768
-    // 75.7 -> 79.9, bf16 LayerNorm 1024 x 32768 66.2 -> 70.3; with f32 weights bf16 RMSNorm
-    // 8192 x 4096 81.2 -> 83.5; f32 level.
+    // bf16 weights bf16 RMSNorm 8192 x 4096 78.7 -> 83.8, 4096 x 8192 81.6 -> 84.7, 1024 x 32768
+    // 75.9 -> 79.5, bf16 LayerNorm 1024 x 32768 66.4 -> 70.3; with f32 weights bf16 RMSNorm
+    // 8192 x 4096 80.7 -> 83.3; f32 within a point (where the path is built: looped_usual_path).
     const bool usual = g_tuning.forward_usual_affine && a.weight && !a.zero_centered &&
                        (a.bias != nullptr) == layer;
     ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered, usual,
