@@ -181,8 +181,8 @@ std::vector<SweepColumn> sweep_columns() {
                [&](Tuning& t) { t.forward_row_vectors = vectors; });
     // Short rows in the register kernel that reads its threads a row at run time.
     column("run-time tpr", [](Tuning& t) { t.forward_fixed_rows = 0; });
-    // The forward reading weight, bias and zero-centring at run time, as for an unusual call.
-    column("any affine", [](Tuning& t) { t.forward_usual_affine = 0; });
+    // Weight, bias and zero-centring read at run time, as for an unusual call.
+    column("any affine", [](Tuning& t) { t.usual_affine = 0; });
     // Looped blocks of threads x vectors: the shapes one step of 4096 vectors, or less, takes.
     const int looped[][2] = {{256, 4}, {512, 2}, {1024, 1}, {512, 4}, {1024, 2}, {1024, 4},
                              {1024, 8}};

@@ -125,8 +125,9 @@ struct NormTuning {
     int forward_fixed_rows = 1;
     // 1: the register and looped forwards take a path built for the usual modules' affine case
     // (a weight, not zero-centred, a bias for LayerNorm and none for RMSNorm) when the call is
-    // that case; 0: every call reads weight, bias and zero-centring at run time (norm_forward.cu).
-    int forward_usual_affine = 1;
+    // that case, and the staged backward one for a weight that is not zero-centred; 0: every call
+    // reads weight, bias and zero-centring at run time (norm_forward.cu, norm_backward.cu).
+    int usual_affine = 1;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
     // a block cannot stage well whole, into the fewest slices of at most 16 KiB in the backward

@@ -685,7 +685,7 @@ void forward_typed(const NormForwardArgs& a) {
     // bf16 weights bf16 RMSNorm 8192 x 4096 78.7 -> 83.8, 4096 x 8192 81.6 -> 84.7, 1024 x 32768
     // 75.9 -> 79.5, bf16 LayerNorm 1024 x 32768 66.4 -> 70.3; with f32 weights bf16 RMSNorm
     // 8192 x 4096 80.7 -> 83.3; f32 within a point (where the path is built: looped_usual_path).
-    const bool usual = g_tuning.forward_usual_affine && a.weight && !a.zero_centered &&
+    const bool usual = g_tuning.usual_affine && a.weight && !a.zero_centered &&
                        (a.bias != nullptr) == layer;
     ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered, usual,
                           static_cast<const T*>(a.x), static_cast<const T*>(a.residual),

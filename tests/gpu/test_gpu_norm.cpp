@@ -300,7 +300,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         if (t == 2) k.forward_loop_cols = kernels::NormTuning::kNever;
         k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
         k.forward_fixed_rows = t == 1 ? 0 : 1;  // short rows with run-time threads a row
-        k.forward_usual_affine = t == 2 ? 0 : 1;  // the usual affine case read at run time
+        k.usual_affine = t == 2 ? 0 : 1;  // the usual affine case read at run time
         if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors,
             k.forward_loop_cols = 1;  // the second pass loading 1 and 2 at once
             k.forward_loop_threads = t == 1 ? 256 : 1024;
@@ -331,7 +331,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
                      << t.forward_loop_threads << " x " << t.forward_loop_vectors << ", batch "
                      << t.forward_loop_batch << "), row vectors " << t.forward_row_vectors
                      << ", fixed rows " << t.forward_fixed_rows
-                     << ", usual affine " << t.forward_usual_affine);
+                     << ", usual affine " << t.usual_affine);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
             }
