@@ -33,6 +33,12 @@ for step in $what; do
                 > "$out/norm_torch.log" 2>&1 || status=1
             python3 bench/norm_report.py "$out/bench_norm.json" "$out/norm_torch.json" > "$out/norm_table.md"
             cat "$out/norm_table.md"
+            # bf16 rows again with bf16 weights, as PyTorch's run keeps them (like with like).
+            build-gpu/bench/bench_norm --dtype bf16 --weights input --json "$out/bench_norm_bf16_weights.json" \
+                > "$out/bench_norm_bf16_weights.log" 2>&1 || status=1
+            python3 bench/norm_report.py "$out/bench_norm_bf16_weights.json" "$out/norm_torch.json" \
+                > "$out/norm_table_bf16_weights.md"
+            echo; echo "bf16 rows with bf16 weights:"; cat "$out/norm_table_bf16_weights.md"
             ;;&
         parity|all)
             ctest --test-dir build-gpu -L parity -V > "$out/parity.log" 2>&1 || status=1
