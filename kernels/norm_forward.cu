@@ -203,10 +203,12 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
             store_vec_stream<T, VEC>(p.y + base + col, out);
         }
     };
-    if (register_usual_path<W, VEC, ITEMS>() && p.usual_affine)
-        write_row(std::integral_constant<int, usual_affine(LAYER)>{});
-    else
-        write_row(std::integral_constant<int, kAffineAny>{});
+    if constexpr (register_usual_path<W, VEC, ITEMS>()) {
+        if (p.usual_affine) write_row(std::integral_constant<int, usual_affine(LAYER)>{});
+        else write_row(std::integral_constant<int, kAffineAny>{});
+    } else {
+        write_row(std::integral_constant<int, kAffineAny>{});  // (p.usual_affine not read)
+    }
 }
 
 // The most vectors a looped thread loads at once in its second pass, for UNROLL vectors a step:
@@ -300,10 +302,12 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
         }
         for (; c < cols; c += step) write(load_pack_last_use<T, VEC>(src_row + c), c);
     };
-    if (looped_usual_path<T, W, LAYER, BATCH>() && p.usual_affine)
-        pass_two(std::integral_constant<int, usual_affine(LAYER)>{});
-    else
-        pass_two(std::integral_constant<int, kAffineAny>{});
+    if constexpr (looped_usual_path<T, W, LAYER, BATCH>()) {
+        if (p.usual_affine) pass_two(std::integral_constant<int, usual_affine(LAYER)>{});
+        else pass_two(std::integral_constant<int, kAffineAny>{});
+    } else {
+        pass_two(std::integral_constant<int, kAffineAny>{});  // (p.usual_affine not read)
+    }
     if (threadIdx.x == 0) row_last_use<T, VEC>(src_row);
 }
 
