@@ -5,6 +5,7 @@
 
 #include "core/cuda_backend.h"
 #include "core/error.h"
+#include "kernels/norm.h"
 #include "layers/norm.h"
 #include "test_helpers.h"
 
@@ -165,6 +166,20 @@ TEST_CASE("norm bad inputs say what and where", "[norm][errors]") {
     REQUIRE_THROWS_WITH(rms_norm(x.to(Device::cuda), Tensor::ones({64})),
                         Contains("[rmsnorm] weight is on cpu, input is on cuda"));
 }
+
+#ifdef FG_WITH_CUDA
+TEST_CASE("rows longer than the forward kernels take are an error before any launch",
+          "[norm][errors]") {
+    // The forward indexes a row with 32-bit offsets (kernels::kNormMaxCols). The check comes
+    // before anything touches the device, so it runs without a GPU and the pointers stay null.
+    kernels::NormForwardArgs a;
+    a.rows = 1;
+    a.cols = kernels::kNormMaxCols + 1;
+    REQUIRE_THROWS_WITH(kernels::norm_forward(a),
+                        Contains("[norm] forward: rows of 1073741825 values") &&
+                            Contains("at most 2^30 a row"));
+}
+#endif
 
 TEST_CASE("norm weight and bias must share a dtype", "[norm][errors]") {
     Tensor x = Tensor::zeros({2, 4}, DType::f64);
