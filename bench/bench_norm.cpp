@@ -183,6 +183,8 @@ std::vector<SweepColumn> sweep_columns() {
     column("run-time tpr", [](Tuning& t) { t.forward_fixed_rows = 0; });
     // Weight, bias and zero-centring read at run time, as for an unusual call.
     column("any affine", [](Tuning& t) { t.usual_affine = 0; });
+    // The staged backward's partial rows added by the column kernel, not by its own grid.
+    column("sums kernel", [](Tuning& t) { t.grid_column_sums = 0; });
     // Looped blocks of threads x vectors: the shapes one step of 4096 vectors, or less, takes.
     const int looped[][2] = {{256, 4}, {512, 2}, {1024, 1}, {512, 4}, {1024, 2}, {1024, 4},
                              {1024, 8}};

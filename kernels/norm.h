@@ -128,6 +128,11 @@ struct NormTuning {
     // that case, and the staged backward one for a weight that is not zero-centred; 0: every call
     // reads weight, bias and zero-centring at run time (norm_forward.cu, norm_backward.cu).
     int usual_affine = 1;
+    // 1: the staged backward of strategy (b) also adds the partial rows up: its persistent grid,
+    // launched cooperatively, waits for every block's partial row (a grid-wide barrier) and then
+    // each block sums a slice of the columns; 0: the column kernel does it after the grid, as
+    // for the other kernels (norm_backward.cu, grid_column_sums).
+    int grid_column_sums = 1;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
     // a block cannot stage well whole, into the fewest slices of at most 16 KiB in the backward

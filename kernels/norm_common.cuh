@@ -673,22 +673,47 @@ void allow_dynamic_smem(std::size_t bytes) {
     }
 }
 
+// The launch attribute that makes a grid cooperative: the driver starts it only if all of its
+// blocks are resident at once, so they may wait for each other (cooperative_groups grid sync).
+inline cudaLaunchAttribute cooperative_attribute() {
+    cudaLaunchAttribute a{};
+    a.id = cudaLaunchAttributeCooperative;
+    a.val.cooperative = 1;
+    return a;
+}
+
+// Launches a staged kernel, kernel(p, tpr, stages), as `blocks` blocks of the plan's threads, on
+// the stream; `cooperative`: with cooperative_attribute (the grid is sized to fit at once).
+template <auto kernel, typename Params>
+void launch_staged(const Params& p, const StagedPlan& plan, unsigned blocks, bool cooperative) {
+    cudaLaunchConfig_t config{};
+    config.blockDim = dim3((unsigned)plan.rows.threads);
+    config.gridDim = dim3(blocks);
+    config.dynamicSmemBytes = plan.smem;
+    config.stream = stream();
+    cudaLaunchAttribute attr = cooperative_attribute();
+    config.attrs = &attr;
+    config.numAttrs = cooperative ? 1 : 0;
+    FG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, plan.rows.tpr, plan.stages));
+}
+
 // Launches a staged kernel, kernel(p, tpr, stages), for rows split over clusters of plan.split
 // blocks; returns the number of clusters: as many as fit on the device at once, at most
-// `max_clusters` (each one a unit of the persistent grid).
+// `max_clusters` (each one a unit of the persistent grid). `cooperative`: as launch_staged.
 template <auto kernel, typename Params>
-unsigned launch_split(const Params& p, const StagedPlan& plan, long long max_clusters) {
+unsigned launch_split(const Params& p, const StagedPlan& plan, long long max_clusters,
+                      bool cooperative = false) {
     cudaLaunchConfig_t config{};
     config.blockDim = dim3((unsigned)plan.rows.threads);
     config.gridDim = dim3((unsigned)plan.split);
     config.dynamicSmemBytes = plan.smem;
     config.stream = stream();
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = (unsigned)plan.split;
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attrs[2] = {{}, cooperative_attribute()};
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = (unsigned)plan.split;
+    attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
+    config.attrs = attrs;
+    config.numAttrs = 1;  // the occupancy query: the cluster alone
     // The occupancy query costs more than the launch: remembered (per kernel) for the last
     // threads, shared memory and split it was asked for.
     static std::size_t known_smem = 0;
@@ -707,6 +732,7 @@ unsigned launch_split(const Params& p, const StagedPlan& plan, long long max_clu
                         "NormTuning::split_blocks = 1 to use the unsplit kernels)");
     const unsigned clusters = (unsigned)std::min<long long>(known_clusters, max_clusters);
     config.gridDim = dim3(clusters * (unsigned)plan.split);
+    config.numAttrs = cooperative ? 2 : 1;
     FG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, plan.rows.tpr, plan.stages));
     return clusters;
 }

@@ -52,6 +52,7 @@ const DeviceInfo& device_info() {
         d.compute_major = prop.major;
         d.smem_per_block_optin = (int)prop.sharedMemPerBlockOptin;
         d.smem_per_sm = (int)prop.sharedMemPerMultiprocessor;
+        d.cooperative_launch = prop.cooperativeLaunch != 0;
         d.total_bytes = prop.totalGlobalMem;
         return d;
     }();

@@ -46,6 +46,7 @@ struct DeviceInfo {
     int compute_major = 0;          // compute capability, e.g. 9 for Hopper
     int smem_per_block_optin = 0;   // the most dynamic + static shared memory a block may opt into
     int smem_per_sm = 0;            // shared memory of one SM, shared by its resident blocks
+    bool cooperative_launch = false;  // grids whose blocks are all resident at once (grid sync)
     std::size_t total_bytes = 0;
 };
 const DeviceInfo& device_info();

@@ -279,7 +279,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
     // 1024-thread rows, the looped path, its block shape and second-pass batch, how far ahead
     // rows are prefetched, rows staged in shared memory or held in registers, how many per stage
     // and how many stages, in the backward and the forward, rows split over clusters of 2, 4 or
-    // 8 blocks or not, the usual affine case on its own path or read at run time), never the math.
+    // 8 blocks or not, the usual affine case on its own path or read at run time, the staged
+    // grid adding its partial rows or the column kernel), never the math.
     // Rows per block > 1, one row per block, rows split over a cluster, and the looped path; M
     // large enough that each persistent block loops over several row groups.
     REQUIRE(cuda_is_available());
@@ -300,6 +301,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         k.forward_row_vectors = t == 0 ? 4 : t == 2 ? 8 : kernels::NormTuning::kAuto;
         k.forward_fixed_rows = t == 1 ? 0 : 1;  // short rows with run-time threads a row
         k.usual_affine = t == 2 ? 0 : 1;  // the usual affine case read at run time
+        k.grid_column_sums = t == 1 ? 0 : 1;  // staged partial rows summed by the column kernel
         if (t == 1 || t == 3) {  // every row looped, in blocks of 256 x 2 and 1024 x 4 vectors,
             k.forward_loop_cols = 1;  // the second pass loading 1 and 2 at once
             k.forward_loop_threads = t == 1 ? 256 : 1024;
@@ -330,7 +332,8 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
                      << t.forward_loop_threads << " x " << t.forward_loop_vectors << ", batch "
                      << t.forward_loop_batch << "), row vectors " << t.forward_row_vectors
                      << ", fixed rows " << t.forward_fixed_rows
-                     << ", usual affine " << t.usual_affine);
+                     << ", usual affine " << t.usual_affine
+                     << ", grid column sums " << t.grid_column_sums);
                 kernels::set_norm_tuning(t);
                 check_strategies(c, in, ref);
             }
@@ -382,6 +385,89 @@ TEST_CASE("misaligned inputs take the scalar path and stay right", "[gpu][norm]"
         y.backward(g);
         REQUIRE(x.grad().defined());
         for (float v : x.grad().to_vector<float>()) REQUIRE(std::isfinite(v));
+    }
+}
+
+TEST_CASE("the backward adds into existing dw and db when asked to", "[gpu][norm]") {
+    // NormBackwardArgs::accumulate, called on the kernels directly (autograd overwrites): dw and
+    // db start at known values and must end at those plus the gradients a non-accumulating call
+    // writes, for both strategies and for each way strategy (b) adds its partial rows (the staged
+    // grid itself or the column kernel): short rows (register kernel), staged rows, split rows.
+    REQUIRE(cuda_is_available());
+    struct Restore {
+        ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
+    } restore;
+    CudaBackend& cuda = cuda_backend("test");
+    for (std::int64_t n : {384, 4096, 32768}) {
+        for (auto [dt, wt] : {std::pair{DType::bf16, DType::f32}, std::pair{DType::bf16, DType::bf16},
+                              std::pair{DType::f32, DType::f32}}) {
+            const std::int64_t m = std::max<std::int64_t>(1, std::min<std::int64_t>(300, max_elems() / n));
+            Tensor x = rounded({m, n}, dt, 0.5f, 2.0f).to(dt).to(Device::cuda);
+            Tensor dy = rounded({m, n}, dt).to(dt).to(Device::cuda);
+            Tensor w = rounded({n}, wt, 1.0f, 0.3f).to(wt).to(Device::cuda);
+            Tensor y = Tensor::empty({m, n}, dt, Device::cuda),
+                   dx = Tensor::empty({m, n}, dt, Device::cuda);
+            Tensor mean = Tensor::empty({m}, DType::f32, Device::cuda),
+                   rstd = Tensor::empty({m}, DType::f32, Device::cuda);
+            kernels::NormForwardArgs f;
+            f.kind = NormKind::layer;
+            f.x_type = static_cast<kernels::ScalarType>(dt);  // the same enumerators
+            f.w_type = static_cast<kernels::ScalarType>(wt);
+            f.rows = m;
+            f.cols = n;
+            f.x = x.raw_data();
+            f.weight = w.raw_data();
+            f.y = y.raw_data();
+            f.mean = mean.data<float>();
+            f.rstd = rstd.data<float>();
+            cuda.norm_forward(f);
+            for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
+                for (int grid_sums : {1, 0}) {
+                    INFO("N " << n << ", x " << dtype_name(dt) << ", w " << dtype_name(wt) << ", reduction "
+                              << kernels::norm_reduction_name(red) << ", grid column sums "
+                              << grid_sums);
+                    kernels::NormTuning tuning;
+                    tuning.grid_column_sums = grid_sums;
+                    kernels::set_norm_tuning(tuning);
+                    kernels::NormBackwardArgs a;
+                    a.kind = NormKind::layer;
+                    a.x_type = f.x_type;
+                    a.w_type = f.w_type;
+                    a.rows = m;
+                    a.cols = n;
+                    a.reduction = red;
+                    a.x = x.raw_data();
+                    a.dy = dy.raw_data();
+                    a.weight = w.raw_data();
+                    a.mean = mean.data<float>();
+                    a.rstd = rstd.data<float>();
+                    a.dx = dx.raw_data();
+                    Tensor dw = Tensor::full({n}, 0.0, wt, Device::cuda),
+                           db = Tensor::full({n}, 0.0, wt, Device::cuda);
+                    a.dweight = dw.raw_data();
+                    a.dbias = db.raw_data();
+                    Tensor ws = Tensor::empty(
+                        {(std::int64_t)cuda.norm_backward_workspace_bytes(a) / 4 + 1}, DType::f32,
+                        Device::cuda);
+                    a.workspace = ws.raw_data();  // sized for dw and db
+                    cuda.norm_backward(a);  // overwrite: the gradients alone
+                    std::vector<double> gw = dw.to_vector<double>(), gb = db.to_vector<double>();
+                    Tensor dw2 = Tensor::full({n}, 0.75, wt, Device::cuda),
+                           db2 = Tensor::full({n}, -0.5, wt, Device::cuda);
+                    a.dweight = dw2.raw_data();
+                    a.dbias = db2.raw_data();
+                    a.accumulate = true;
+                    cuda.norm_backward(a);
+                    std::vector<double> want_w(gw), want_b(gb);
+                    for (double& v : want_w) v += 0.75;
+                    for (double& v : want_b) v -= 0.5;
+                    // The sum is rounded to the weight dtype once more than the gradient alone.
+                    const double tol = wt == DType::f32 ? 1e-6 : 8e-3;
+                    CHECK(rel_error(dw2.to_vector<double>(), want_w) <= tol);
+                    CHECK(rel_error(db2.to_vector<double>(), want_b) <= tol);
+                }
+            }
+        }
     }
 }
 
