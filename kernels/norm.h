@@ -31,7 +31,7 @@ enum class NormReduction : int {
     automatic = 0,  // pick per shape (from measurements)
     locked = 1,     // (a) G lock-guarded fp32 partial rows, then a column reduction
     grid = 2,       // (b) a persistent grid, one fp32 partial row per block, then a column
-                    //     reduction; deterministic
+                    //     reduction (on Hopper, by the staged grid itself); deterministic
 };
 const char* norm_reduction_name(NormReduction r);
 
