@@ -6,13 +6,16 @@
 // rounded to their dtype first, so the reference sees exactly what the kernel sees; outputs are
 // poisoned (NaN) before the kernels run. Then: strategy (b) is bitwise repeatable, strategy (a)
 // agrees with it within fp32 rounding over many runs (a race would move the error), misaligned
-// and empty inputs.
+// and empty inputs, dw and db added into existing values, and a forward and backward replayed
+// from a captured CUDA graph.
 //
 // FG_NORM_TEST_MAX_ELEMS (environment) caps M * N, for compute-sanitizer runs.
 #include <cstdlib>
+#include <limits>
 
 #include "core/cuda_backend.h"
 #include "core/error.h"
+#include "kernels/runtime.h"
 #include "layers/norm.h"
 #include "../test_helpers.h"
 
@@ -388,85 +391,138 @@ TEST_CASE("misaligned inputs take the scalar path and stay right", "[gpu][norm]"
     }
 }
 
+// Sets every element of a GPU tensor to v, in place (NaN: a poison the kernels must overwrite).
+void set_all(Tensor& t, double v) {
+    Tensor values = Tensor::full(t.shape(), v, t.dtype(), Device::cuda);
+    kernels::copy_device_to_device(t.raw_data(), values.raw_data(), t.nbytes());
+}
+
+// One LayerNorm forward and backward (weight and bias) called on the kernels directly, for the
+// tests of options autograd does not use: its inputs, outputs and workspace on the GPU.
+struct KernelCall {
+    Tensor x, dy, w, y, dx, mean, rstd, dw, db, workspace;
+    kernels::NormForwardArgs f;
+    kernels::NormBackwardArgs b;
+
+    KernelCall(std::int64_t m, std::int64_t n, DType dt, DType wt, NormReduction reduction) {
+        x = rounded({m, n}, dt, 0.5f, 2.0f).to(dt).to(Device::cuda);
+        dy = rounded({m, n}, dt).to(dt).to(Device::cuda);
+        w = rounded({n}, wt, 1.0f, 0.3f).to(wt).to(Device::cuda);
+        y = Tensor::empty({m, n}, dt, Device::cuda);
+        dx = Tensor::empty({m, n}, dt, Device::cuda);
+        mean = Tensor::empty({m}, DType::f32, Device::cuda);
+        rstd = Tensor::empty({m}, DType::f32, Device::cuda);
+        dw = Tensor::full({n}, 0.0, wt, Device::cuda);
+        db = Tensor::full({n}, 0.0, wt, Device::cuda);
+        f.kind = b.kind = NormKind::layer;
+        f.x_type = b.x_type = static_cast<kernels::ScalarType>(dt);  // the same enumerators
+        f.w_type = b.w_type = static_cast<kernels::ScalarType>(wt);
+        f.rows = b.rows = m;
+        f.cols = b.cols = n;
+        f.x = b.x = x.raw_data();
+        f.weight = b.weight = w.raw_data();
+        f.y = y.raw_data();
+        b.mean = f.mean = mean.data<float>();
+        b.rstd = f.rstd = rstd.data<float>();
+        b.reduction = reduction;
+        b.dy = dy.raw_data();
+        b.dx = dx.raw_data();
+        b.dweight = dw.raw_data();
+        b.dbias = db.raw_data();
+        workspace = Tensor::empty(  // after dweight and dbias: it holds their partial rows
+            {(std::int64_t)cuda().norm_backward_workspace_bytes(b) / 4 + 1}, DType::f32,
+            Device::cuda);
+        b.workspace = workspace.raw_data();
+    }
+    static CudaBackend& cuda() { return cuda_backend("test"); }
+    void forward() { cuda().norm_forward(f); }
+    void backward() { cuda().norm_backward(b); }
+};
+
 TEST_CASE("the backward adds into existing dw and db when asked to", "[gpu][norm]") {
-    // NormBackwardArgs::accumulate, called on the kernels directly (autograd overwrites): dw and
-    // db start at known values and must end at those plus the gradients a non-accumulating call
-    // writes, for both strategies and for each way strategy (b) adds its partial rows (the staged
-    // grid itself or the column kernel): short rows (register kernel), staged rows, split rows.
+    // NormBackwardArgs::accumulate (autograd overwrites): dw and db start at known values and
+    // must end at those plus the gradients a non-accumulating call writes, for both strategies
+    // and for each way strategy (b) adds its partial rows (the staged grid itself or the column
+    // kernel): short rows (register kernel), staged rows, split rows.
     REQUIRE(cuda_is_available());
     struct Restore {
         ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
     } restore;
-    CudaBackend& cuda = cuda_backend("test");
     for (std::int64_t n : {384, 4096, 32768}) {
         for (auto [dt, wt] : {std::pair{DType::bf16, DType::f32}, std::pair{DType::bf16, DType::bf16},
                               std::pair{DType::f32, DType::f32}}) {
             const std::int64_t m = std::max<std::int64_t>(1, std::min<std::int64_t>(300, max_elems() / n));
-            Tensor x = rounded({m, n}, dt, 0.5f, 2.0f).to(dt).to(Device::cuda);
-            Tensor dy = rounded({m, n}, dt).to(dt).to(Device::cuda);
-            Tensor w = rounded({n}, wt, 1.0f, 0.3f).to(wt).to(Device::cuda);
-            Tensor y = Tensor::empty({m, n}, dt, Device::cuda),
-                   dx = Tensor::empty({m, n}, dt, Device::cuda);
-            Tensor mean = Tensor::empty({m}, DType::f32, Device::cuda),
-                   rstd = Tensor::empty({m}, DType::f32, Device::cuda);
-            kernels::NormForwardArgs f;
-            f.kind = NormKind::layer;
-            f.x_type = static_cast<kernels::ScalarType>(dt);  // the same enumerators
-            f.w_type = static_cast<kernels::ScalarType>(wt);
-            f.rows = m;
-            f.cols = n;
-            f.x = x.raw_data();
-            f.weight = w.raw_data();
-            f.y = y.raw_data();
-            f.mean = mean.data<float>();
-            f.rstd = rstd.data<float>();
-            cuda.norm_forward(f);
             for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
                 for (int grid_sums : {1, 0}) {
-                    INFO("N " << n << ", x " << dtype_name(dt) << ", w " << dtype_name(wt) << ", reduction "
-                              << kernels::norm_reduction_name(red) << ", grid column sums "
-                              << grid_sums);
+                    INFO("N " << n << ", x " << dtype_name(dt) << ", w " << dtype_name(wt)
+                              << ", reduction " << kernels::norm_reduction_name(red)
+                              << ", grid column sums " << grid_sums);
                     kernels::NormTuning tuning;
                     tuning.grid_column_sums = grid_sums;
                     kernels::set_norm_tuning(tuning);
-                    kernels::NormBackwardArgs a;
-                    a.kind = NormKind::layer;
-                    a.x_type = f.x_type;
-                    a.w_type = f.w_type;
-                    a.rows = m;
-                    a.cols = n;
-                    a.reduction = red;
-                    a.x = x.raw_data();
-                    a.dy = dy.raw_data();
-                    a.weight = w.raw_data();
-                    a.mean = mean.data<float>();
-                    a.rstd = rstd.data<float>();
-                    a.dx = dx.raw_data();
-                    Tensor dw = Tensor::full({n}, 0.0, wt, Device::cuda),
-                           db = Tensor::full({n}, 0.0, wt, Device::cuda);
-                    a.dweight = dw.raw_data();
-                    a.dbias = db.raw_data();
-                    Tensor ws = Tensor::empty(
-                        {(std::int64_t)cuda.norm_backward_workspace_bytes(a) / 4 + 1}, DType::f32,
-                        Device::cuda);
-                    a.workspace = ws.raw_data();  // sized for dw and db
-                    cuda.norm_backward(a);  // overwrite: the gradients alone
-                    std::vector<double> gw = dw.to_vector<double>(), gb = db.to_vector<double>();
-                    Tensor dw2 = Tensor::full({n}, 0.75, wt, Device::cuda),
-                           db2 = Tensor::full({n}, -0.5, wt, Device::cuda);
-                    a.dweight = dw2.raw_data();
-                    a.dbias = db2.raw_data();
-                    a.accumulate = true;
-                    cuda.norm_backward(a);
-                    std::vector<double> want_w(gw), want_b(gb);
+                    KernelCall call(m, n, dt, wt, red);
+                    call.forward();
+                    call.backward();  // overwrite: the gradients alone
+                    std::vector<double> want_w = call.dw.to_vector<double>(),
+                                        want_b = call.db.to_vector<double>();
                     for (double& v : want_w) v += 0.75;
                     for (double& v : want_b) v -= 0.5;
+                    set_all(call.dw, 0.75);
+                    set_all(call.db, -0.5);
+                    call.b.accumulate = true;
+                    call.backward();
                     // The sum is rounded to the weight dtype once more than the gradient alone.
                     const double tol = wt == DType::f32 ? 1e-6 : 8e-3;
-                    CHECK(rel_error(dw2.to_vector<double>(), want_w) <= tol);
-                    CHECK(rel_error(db2.to_vector<double>(), want_b) <= tol);
+                    CHECK(rel_error(call.dw.to_vector<double>(), want_w) <= tol);
+                    CHECK(rel_error(call.db.to_vector<double>(), want_b) <= tol);
                 }
             }
+        }
+    }
+}
+
+TEST_CASE("forward and backward replay from a captured CUDA graph", "[gpu][norm]") {
+    // No host synchronisation inside the calls, and every reset in-stream: a forward and a
+    // backward captured into a CUDA graph and replayed twice give what direct calls gave (the
+    // same bits for strategy (b); (a) within fp32 rounding, its order varying). Shapes for the
+    // register kernel, the staged one (a cooperative grid adding its own partial rows) and split
+    // rows (a cooperative grid of clusters).
+    REQUIRE(cuda_is_available());
+    for (std::int64_t n : {384, 4096, 32768}) {
+        for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
+            INFO("N " << n << ", reduction " << kernels::norm_reduction_name(red));
+            const std::int64_t m = std::max<std::int64_t>(1, std::min<std::int64_t>(300, max_elems() / n));
+            KernelCall call(m, n, DType::bf16, DType::f32, red);
+            call.forward();  // direct, first: kernel attributes and occupancy are set up here
+            call.backward();
+            const std::vector<float> y = call.y.to_vector<float>(), dx = call.dx.to_vector<float>();
+            const std::vector<double> dw = call.dw.to_vector<double>(),
+                                      db = call.db.to_vector<double>();
+            for (Tensor* t : {&call.y, &call.dx, &call.dw, &call.db})
+                set_all(*t, std::numeric_limits<double>::quiet_NaN());
+            cudaStream_t s = kernels::stream();
+            cudaGraph_t graph = nullptr;
+            cudaGraphExec_t exec = nullptr;
+            REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+            call.forward();
+            call.backward();
+            REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+            REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+            for (int replay = 0; replay < 2; ++replay) {
+                REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+                REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+                CHECK(call.y.to_vector<float>() == y);
+                CHECK(call.dx.to_vector<float>() == dx);
+                if (red == NormReduction::grid) {
+                    CHECK(call.dw.to_vector<double>() == dw);
+                    CHECK(call.db.to_vector<double>() == db);
+                } else {
+                    CHECK(rel_error(call.dw.to_vector<double>(), dw) <= 2e-6);
+                    CHECK(rel_error(call.db.to_vector<double>(), db) <= 2e-6);
+                }
+            }
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
         }
     }
 }
