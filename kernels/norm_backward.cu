@@ -136,8 +136,8 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
 
 // The column sums of the R partial rows of a grid whose every block has written its rows, added
 // by that grid (called by every thread of every block, after a grid-wide barrier). dw's and db's
-// partial rows are taken as one row of 2 x cols columns (db's after dw's; a null `out` is
-// skipped), in 16-byte quads of 4 fp32 columns: block b of G takes the b-th of G equal shares of
+// partial rows are taken as one row of 2 x cols columns (db's after dw's; a null dw or db is
+// left out), in 16-byte quads of 4 fp32 columns: block b of G takes the b-th of G equal shares of
 // the quads. Its threads are lanes x slices: lane l sums quad q0 + l (then q0 + l + lanes, ...),
 // slice s the rows s, s + S, s + 2S, ... (four loads in flight, from L2: other SMs wrote them);
 // the S slice sums of a quad are then added in slice order through shared memory. The order is
