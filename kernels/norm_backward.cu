@@ -49,18 +49,18 @@ struct BackwardParams {
     const float* mean;
     const float* rstd;
     T* dx;
-    bool want_dw, want_db;
     float* partial_dw;  // R x cols
     float* partial_db;  // R x cols
     int* locks;         // G (locked strategy)
     int* written;       // G: 0 until a block first writes the partial row
     int lock_rows;      // G
-    // Set when the staged grid adds the partial rows itself (launched cooperatively; see
-    // grid_column_sums): dw and db are written here, added to their contents when accumulating.
-    bool grid_sums;
-    bool accumulate;
+    // dw and db (null: not wanted, and no partial row kept for it). The kernels write them only
+    // when the staged grid adds the partial rows itself (launched cooperatively; see
+    // grid_column_sums), adding to their contents when accumulating; else the column kernel does.
     W* dw;
     W* db;
+    bool grid_sums;
+    bool accumulate;
 };
 
 // Lock-guarded partial rows: acquire / release partial row `gi` for the whole block.
@@ -157,7 +157,8 @@ __device__ void grid_column_sums(const float* partial_dw, const float* partial_d
     while (lanes < threads / 8 && 2LL * lanes < q1 - q0) lanes *= 2;
     const int slices = threads / lanes;
     const int lane = (int)threadIdx.x % lanes, slice = (int)threadIdx.x / lanes;
-    const bool in_use = slice < slices;  // all threads when the block size is a power of two
+    // Block sizes are powers of two (staged_layout), so lanes x slices is the whole block. (Were
+    // it not, the threads left over would add rows nobody reads: slice `slices` is never summed.)
     auto add = [](float4& a, const float4 b) {
         a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
     };
@@ -168,7 +169,7 @@ __device__ void grid_column_sums(const float* partial_dw, const float* partial_d
         const long long at = of_dw || dw == nullptr ? q : q - quads;
         const float4* rows = reinterpret_cast<const float4*>(of_dw ? partial_dw : partial_db);
         float4 s[4] = {};
-        if (q < q1 && in_use) {
+        if (q < q1) {
             int r = slice;
             for (; r + 3 * slices < R; r += 4 * slices)
 #pragma unroll
@@ -178,7 +179,7 @@ __device__ void grid_column_sums(const float* partial_dw, const float* partial_d
             add(s[2], s[3]);
             add(s[0], s[2]);
         }
-        if (in_use) scratch[slice * lanes + lane] = s[0];
+        scratch[slice * lanes + lane] = s[0];
         __syncthreads();
         if (slice == 0 && q < q1) {
             float4 t = scratch[lane];
@@ -305,7 +306,7 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
             store_vec_stream<T, VEC>(p.dx + base + col, out);
         }
     }
-    if (!p.want_dw && !p.want_db) return;
+    if (!p.dw && !p.db) return;
 
     // This block's sums of dy * x_hat and dy -> one partial row (locked: added under the lock).
     int gi = (int)(blockIdx.x % p.lock_rows);
@@ -313,9 +314,9 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     float* row_db = p.partial_db + (LOCKED ? (long long)gi : (long long)blockIdx.x) * p.cols;
     bool first = true;
     if (LOCKED) first = acquire_partial_row(p.locks, p.written, gi, &first_flag);
-    if (p.want_dw)
+    if (p.dw)
         write_partial_row<ITEMS, VEC, LOCKED>(acc_w, row_dw, p.cols, tpr, group_sums, first);
-    if (p.want_db)
+    if (p.db)
         write_partial_row<ITEMS, VEC, LOCKED>(acc_b, row_db, p.cols, tpr, group_sums, first);
     if (LOCKED) release_partial_row(p.locks, p.written, gi);
 }
@@ -455,20 +456,20 @@ __global__ void __launch_bounds__(512, 1)
     }
     // (SPLIT: a block has received every block's sums of its last row before it gets here, so
     // nothing can still be sent to its shared memory once it leaves.)
-    if (!p.want_dw && !p.want_db) return;
+    if (!p.dw && !p.db) return;
     // Every fill has been waited for: the stage buffers are free for the row groups' sums.
     float* group_sums = reinterpret_cast<float*>(stage_smem);
     float* row_dw = p.partial_dw + unit * p.cols + c0;
     float* row_db = p.partial_db + unit * p.cols + c0;
-    if (p.want_dw) write_partial_row<ITEMS, VEC, false>(acc_w, row_dw, cols, tpr, group_sums, true);
-    if (p.want_db) write_partial_row<ITEMS, VEC, false>(acc_b, row_db, cols, tpr, group_sums, true);
+    if (p.dw) write_partial_row<ITEMS, VEC, false>(acc_w, row_dw, cols, tpr, group_sums, true);
+    if (p.db) write_partial_row<ITEMS, VEC, false>(acc_b, row_db, cols, tpr, group_sums, true);
     if (!p.grid_sums) return;  // the column kernel adds the partial rows
     // Every block's partial row written and visible (the grid barrier orders memory too); the
     // shared memory is free again (every thread of this block has passed the barrier).
     cooperative_groups::this_grid().sync();
     float4* scratch = reinterpret_cast<float4*>(stage_smem);
-    grid_column_sums(p.partial_dw, p.partial_db, p.want_dw ? p.dw : nullptr,
-                     p.want_db ? p.db : nullptr, (int)units, p.cols, p.accumulate, scratch);
+    grid_column_sums(p.partial_dw, p.partial_db, p.dw, p.db, (int)units, p.cols, p.accumulate,
+                     scratch);
 #else
     (void)p, (void)tpr, (void)stages;
     __trap();  // the host launches this only where the device code has it (staging_supported)
@@ -506,7 +507,7 @@ __global__ void __launch_bounds__(512, 1)
         }
         float c1, c2;
         row_means<LAYER>(s1, s2, blockDim.x, inv_n, scratch, c1, c2);
-        const bool partials = p.want_dw || p.want_db;
+        const bool partials = p.dw || p.db;
         int gi = (int)(row % p.lock_rows);
         bool first = row == blockIdx.x;  // grid: the first row this block handles
         if (LOCKED && partials) first = acquire_partial_row(p.locks, p.written, gi, &first_flag);
@@ -521,24 +522,24 @@ __global__ void __launch_bounds__(512, 1)
             if (p.dh) load_vec<T, VEC>(p.dh + base + col, d);
             float pw[VEC], pb[VEC];   // this block's partial dw, db for these columns
             if (!LOCKED && !first) {  // grid: a row this block alone owns, vector loads
-                if (p.want_dw) load_vec<float, VEC>(row_dw + col, pw);
-                if (p.want_db) load_vec<float, VEC>(row_db + col, pb);
+                if (p.dw) load_vec<float, VEC>(row_dw + col, pw);
+                if (p.db) load_vec<float, VEC>(row_db + col, pb);
             }
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
                 float xh = (xv[k] - mu) * rs, g = w[k] * dyv[k];
                 out[k] = (g - xh * c1 - c2) * rs + d[k];
                 if (LOCKED) {
-                    if (p.want_dw) locked_add(row_dw + col + k, dyv[k] * xh, first);
-                    if (p.want_db) locked_add(row_db + col + k, dyv[k], first);
+                    if (p.dw) locked_add(row_dw + col + k, dyv[k] * xh, first);
+                    if (p.db) locked_add(row_db + col + k, dyv[k], first);
                 } else {
                     pw[k] = (first ? 0.0f : pw[k]) + dyv[k] * xh;
                     pb[k] = (first ? 0.0f : pb[k]) + dyv[k];
                 }
             }
             if (!LOCKED) {
-                if (p.want_dw) store_vec<float, VEC>(row_dw + col, pw);
-                if (p.want_db) store_vec<float, VEC>(row_db + col, pb);
+                if (p.dw) store_vec<float, VEC>(row_dw + col, pw);
+                if (p.db) store_vec<float, VEC>(row_db + col, pb);
             }
             store_vec_stream<T, VEC>(p.dx + base + col, out);
         }
@@ -816,8 +817,6 @@ void backward_typed(const NormBackwardArgs& a) {
     p.mean = a.mean;
     p.rstd = a.rstd;
     p.dx = static_cast<T*>(a.dx);
-    p.want_dw = a.dweight != nullptr;
-    p.want_db = a.dbias != nullptr;
     p.lock_rows = plan.partial_rows;
     p.grid_sums = plan.grid_sums;
     p.accumulate = a.accumulate;

@@ -682,15 +682,22 @@ inline cudaLaunchAttribute cooperative_attribute() {
     return a;
 }
 
-// Launches a staged kernel, kernel(p, tpr, stages), as `blocks` blocks of the plan's threads, on
-// the stream; `cooperative`: with cooperative_attribute (the grid is sized to fit at once).
-template <auto kernel, typename Params>
-void launch_staged(const Params& p, const StagedPlan& plan, unsigned blocks, bool cooperative) {
+// A staged kernel's launch: `blocks` blocks of the plan's threads and shared memory, on the
+// stream, no attributes yet.
+inline cudaLaunchConfig_t staged_config(const StagedPlan& plan, unsigned blocks) {
     cudaLaunchConfig_t config{};
     config.blockDim = dim3((unsigned)plan.rows.threads);
     config.gridDim = dim3(blocks);
     config.dynamicSmemBytes = plan.smem;
     config.stream = stream();
+    return config;
+}
+
+// Launches a staged kernel, kernel(p, tpr, stages), as `blocks` blocks of the plan's threads, on
+// the stream; `cooperative`: with cooperative_attribute (the grid is sized to fit at once).
+template <auto kernel, typename Params>
+void launch_staged(const Params& p, const StagedPlan& plan, unsigned blocks, bool cooperative) {
+    cudaLaunchConfig_t config = staged_config(plan, blocks);
     cudaLaunchAttribute attr = cooperative_attribute();
     config.attrs = &attr;
     config.numAttrs = cooperative ? 1 : 0;
@@ -703,11 +710,7 @@ void launch_staged(const Params& p, const StagedPlan& plan, unsigned blocks, boo
 template <auto kernel, typename Params>
 unsigned launch_split(const Params& p, const StagedPlan& plan, long long max_clusters,
                       bool cooperative = false) {
-    cudaLaunchConfig_t config{};
-    config.blockDim = dim3((unsigned)plan.rows.threads);
-    config.gridDim = dim3((unsigned)plan.split);
-    config.dynamicSmemBytes = plan.smem;
-    config.stream = stream();
+    cudaLaunchConfig_t config = staged_config(plan, (unsigned)plan.split);  // one cluster, to ask
     cudaLaunchAttribute attrs[2] = {{}, cooperative_attribute()};
     attrs[0].id = cudaLaunchAttributeClusterDimension;
     attrs[0].val.clusterDim.x = (unsigned)plan.split;
