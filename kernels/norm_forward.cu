@@ -619,46 +619,69 @@ void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan)
     FG_LAUNCH_CHECK();
 }
 
-// Which rows the looped kernel takes when NormTuning::forward_loop_cols is kAuto: rows of 16-byte
-// vectors, from kForwardLoopVectors to kForwardLoopMaxVectors of them (f32 N = 4096 to 16384,
-// bf16 / f16 N = 8192 to 32768), each in one step of nvec / 4 threads (at most 1024) holding 4
-// vectors (looped_shape). Measured on an H200 (bench_norm --sweep, docs/norms.md): the second
-// read costs little from L2, and 32 registers a thread let two 1024-thread blocks, or eight of
-// 256, share an SM, so more rows are on their way than the register kernel (which keeps the row)
-// or the staged one (one block an SM) can have: f32 RMSNorm 2048 x 16384 89% of copy against
-// 82% staged, LayerNorm 4096 x 8192 88% against 79% in registers, bf16 RMSNorm 4096 x 8192 82%
-// against 76%. Shorter rows keep the register kernel, several rows a block (one row a block is
-// too little work); longer ones are staged, or looped when they cannot be (too long for
-// registers). LayerNorm rows up to twice as long (kForwardLoopMaxVectorsLayer) are looped too,
-// in steps of 1024 x 4: session 10, H200, against the staged forward, f32 1024 x 32768 74%
-// against 67%, 2048 x 32768 78% against 71%, 1365 x 24576 75% against 56%, bf16 512 x 65536
-// (which the staged forward cannot take with f32 weights; looped 1024 x 8 before) 58% against
-// 55%. RMSNorm rows of that length stay staged (f32 1024 x 32768: 81% staged, 77% in steps of
-// 1024 x 4, 81% in steps of 1024 x 8). Rows of 16384 vectors stay staged for both (f32
-// 512 x 65536 LayerNorm 66% staged, 62-65% looped). Measured without a fused residual, which
-// the looped kernel adds one vector at a time: with one, those longer LayerNorm rows stay staged.
-constexpr long long kForwardLoopVectors = 1024;
-constexpr long long kForwardLoopMaxVectors = 4096;
-constexpr long long kForwardLoopMaxVectorsLayer = 8192;
+// The rows that two looped blocks an SM have in flight, read once and asked to stay in L2 for the
+// second read, may take up to this share of L2; where they would take more, rows go one block an
+// SM (rows_over_l2_share). Measured on an H100 (session 17, bench_norm --sweep, forward % of
+// copy, steps of 1024 x 4 vectors at two blocks an SM against 1024 x 8 at one): f32 rows of 32768
+// values (33 MiB in flight at two blocks an SM; 50 MiB of L2) LayerNorm 1024 x 32768 81.0
+// against 85.3, 2048 x 32768 85.1 against 90.9, RMSNorm 85.0 against 92.4 and 90.0 against 97.0,
+// bf16 RMSNorm 1024 x 65536 79.0 against 88.7; f32 rows of 24576 values (24.75 MiB) stay at two
+// blocks (RMSNorm 2048 x 24576 94.1 in steps of 1024 x 4, 1.5 steps a row; 76.9 in 1024 x 8,
+// 0.75). On an H200, whose L2 takes those 33 MiB, steps of 1024 x 4 were ahead for LayerNorm
+// (f32 1024 x 32768 75.9 against 70.5) and behind for RMSNorm (79.3 against 81.7, staged 83.3).
+constexpr double kLoopedL2Share = 0.6;
 
-bool loop_by_default(long long cols, int vec, bool layer, bool residual) {
-    const long long nvec = cols / vec, most = layer && !residual ? kForwardLoopMaxVectorsLayer
-                                                                 : kForwardLoopMaxVectors;
-    return vec > 1 && nvec >= kForwardLoopVectors && nvec <= most;
+bool rows_over_l2_share(long long cols, int elem_bytes) {
+    const double two_blocks_an_sm = 2.0 * device_info().sm_count * (double)cols * elem_bytes;
+    return two_blocks_an_sm > kLoopedL2Share * device_info().l2_bytes;
+}
+
+// Which rows the looped kernel takes when NormTuning::forward_loop_cols is kAuto: rows of 16-byte
+// vectors, from kForwardLoopVectors to kForwardLoopMaxVectors of them (f32 N = 4096 to 32768,
+// bf16 / f16 N = 8192 to 65536), each in about one step (looped_shape). Measured on an H200
+// (bench_norm --sweep, docs/norms.md): the second read costs little from L2, and 32 registers a
+// thread let two 1024-thread blocks, or eight of 256, share an SM, so more rows are on their way
+// than the register kernel (which keeps the row) or the staged one (one block an SM) can have:
+// f32 RMSNorm 2048 x 16384 89% of copy against 82% staged, LayerNorm 4096 x 8192 88% against 79%
+// in registers, bf16 RMSNorm 4096 x 8192 82% against 76%. Shorter rows keep the register kernel,
+// several rows a block (one row a block is too little work); longer ones are staged, or looped
+// when they cannot be (too long for registers). Rows of 4097 to kForwardLoopStepVectors vectors
+// (most of a step of 1024 x 4, or more than one): LayerNorm's since session 10 (H200, against the
+// staged forward: f32 1024 x 32768 74% against 67%, 1365 x 24576 75% against 56%), RMSNorm's
+// since session 17 (against the staged forward: H100 f32 1024 x 24576 88.0% against 85.0%,
+// 1024 x 20480 88.5% against 83.1%; H200 78.2% against 72.1%, 79.6% against 62.8%). Longer rows
+// fill most of a step of 1024 x 8: LayerNorm's are looped, RMSNorm's where they are over the L2
+// share (the staged forward was ahead of both looped shapes for them on an H200, above; on an
+// H100 f32 RMSNorm 1024 x 32768 92.4% looped against 84.8% staged, bf16 1024 x 65536 88.7%
+// against 83.2%). Rows of 16384 vectors stay staged (H100, f32 RMSNorm 1024 x 65536 89.7% staged,
+// 77.6% looped). Measured without a fused residual, which the looped kernel adds one vector at a
+// time: with one, rows of more than kForwardLoopMaxVectorsResidual vectors stay staged.
+constexpr long long kForwardLoopVectors = 1024;
+constexpr long long kForwardLoopStepVectors = 6144;
+constexpr long long kForwardLoopMaxVectors = 8192;
+constexpr long long kForwardLoopMaxVectorsResidual = 4096;
+
+bool loop_by_default(long long cols, int vec, int elem_bytes, bool layer, bool residual) {
+    const long long nvec = cols / vec;
+    if (vec == 1 || nvec < kForwardLoopVectors) return false;
+    if (residual) return nvec <= kForwardLoopMaxVectorsResidual;
+    if (nvec <= kForwardLoopStepVectors) return true;
+    return nvec <= kForwardLoopMaxVectors && (layer || rows_over_l2_share(cols, elem_bytes));
 }
 
 // The looped kernel's block: `threads` threads, `vectors` vectors each in flight per step. kAuto:
 // a step covers the row where 1024 threads of 4 vectors can (nvec / 4 threads, at least 32, of
 // 4 vectors, up to 1024 threads); longer rows go in steps of 1024 threads of up to 8 vectors,
-// but rows loop_by_default takes (`by_default`: the longer LayerNorm rows) in steps of 1024 x 4
-// (measured above: f32 LayerNorm 1024 x 32768 74% in steps of 1024 x 4, 72% of 1024 x 8).
+// but rows loop_by_default takes (`by_default`) in steps of 1024 x 4, two blocks an SM, unless
+// those blocks' rows would take more than kLoopedL2Share of L2: then in steps of 1024 x 8, one
+// block an SM.
 struct LoopedShape {
     int threads = 1024, vectors = 8;
 };
-LoopedShape looped_shape(long long cols, int vec, bool by_default) {
+LoopedShape looped_shape(long long cols, int vec, int elem_bytes, bool by_default) {
     const long long nvec = (cols + vec - 1) / vec;
     LoopedShape s;
-    const int most_vectors = by_default ? 4 : 8;
+    const int most_vectors = by_default && !rows_over_l2_share(cols, elem_bytes) ? 4 : 8;
     s.threads = (int)std::min<long long>(1024, std::max<long long>(32, pow2_floor(nvec / 4)));
     s.vectors = (int)std::min<long long>(most_vectors,
                                          std::max<long long>(1, pow2_floor(nvec / s.threads)));
@@ -701,8 +724,9 @@ void forward_typed(const NormForwardArgs& a) {
         vector_ok = vector_ok && aligned_to(ptr, 16);
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
     const int looped_vec = vector_ok ? kVec : 1;
-    const bool loop_default = loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr);
-    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default);
+    const bool loop_default =
+        loop_by_default(a.cols, looped_vec, (int)sizeof(T), layer, a.residual != nullptr);
+    const LoopedShape looped = looped_shape(a.cols, looped_vec, (int)sizeof(T), loop_default);
     auto run_looped = [&] {
         if (!vector_ok) {
             if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
