@@ -603,13 +603,13 @@ bool staging_supported() {
 
 // kAuto splits (split_candidates): a row that a block stages whole holding at most kHeldElems
 // columns a thread is not split; longer rows go in slices of at most kSliceVectors vectors.
-// Measured on an H100 (bench_norm --sweep, docs/norms.md): f32 rows of 8192 run best whole
-// (83-86% of copy; split in two 74%); bf16 rows of 16384 (32 columns a thread) best in two; once
-// split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
+// Measured on an H100 (bench_norm --sweep, docs/norms-history.md): f32 rows of 8192 run best
+// whole (83-86% of copy; split in two 74%); bf16 rows of 16384 (32 columns a thread) best in
+// two; once split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
 constexpr long long kSliceVectors = 1024;
 
 // Blocks and stages of the staged backward, for rows of `nvec` vectors of `elem_bytes` values.
-// Measured on an H200 (session 11, bench_norm --sweep, % of copy, docs/norms.md section 5):
+// Measured on an H200 (session 11, bench_norm --sweep, % of copy, docs/norms-history.md):
 // - two stages rather than four: f32 RMSNorm 8192 x 4096 78.4 -> 84.6, no shape lower by more
 //   than 1;
 // - a row split over a cluster in blocks of 256 threads rather than 512, so that two blocks share
@@ -659,8 +659,8 @@ BackwardPlan plan_backward(const NormBackwardArgs& a) {
     plan.reduction = a.reduction == NormReduction::automatic
                          ? norm_pick_reduction(a.rows, a.cols, a.x_type)
                          : a.reduction;
-    // Measured (docs/norms.md): for (b), short rows go fastest at one vector a thread; (a) takes
-    // a lock per block, so it keeps the larger share (fewer blocks queueing on the locks).
+    // Measured (docs/norms-history.md): for (b), short rows go fastest at one vector a thread;
+    // (a) takes a lock per block, so it keeps the larger share (fewer blocks queueing on locks).
     int elems = norm_tuning().backward_elems;
     if (elems == NormTuning::kAuto) {
         long long nvec = plan.vector_ok ? a.cols / vec : a.cols;

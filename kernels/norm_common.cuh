@@ -71,8 +71,8 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
 // Stores of values this kernel and the next will not read again (y, dx): st.global.cs, which
 // allocates the lines evict-first in L1 and L2, so that they do not push out what will be read
 // again (rows on their way, a looped row's first read, the weights). Measured on an H200
-// (docs/norms.md, session 10): y +3-4 points of copy for bf16 LayerNorm at N = 1024 and 4096,
-// dx +1-3 points in the backward at N >= 8192, level elsewhere.
+// (docs/norms-history.md, session 10): y +3-4 points of copy for bf16 LayerNorm at N = 1024 and
+// 4096, dx +1-3 points in the backward at N >= 8192, level elsewhere.
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec_stream(T* p, const float (&in)[VEC]) {
     if constexpr (sizeof(Pack<T, VEC>) == 16) {

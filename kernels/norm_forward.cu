@@ -508,9 +508,9 @@ void with_fixed_row(int tpr, int items, F&& f) {
 // their threads a row, holding exactly the vectors the row needs (row_layout rounds them up to a
 // power of two: a row of 48 vectors on 16 threads holds 3, not 4) unless the tuning says
 // otherwise. Measured on an H200 (bench_norm --sweep, 'run-time tpr' against the defaults, % of
-// copy, docs/norms.md session 13): bf16 LayerNorm 16384 x 384 43 -> 46, 32768 x 1024 78 -> 80,
-// 8192 x 512 33 -> 35; f32 LayerNorm 16384 x 384 63 -> 65.5, 8192 x 512 56 -> 58; bf16 RMSNorm
-// 16384 x 384 47.7 -> 49.5; the rest within a point.
+// copy, docs/norms-history.md session 13): bf16 LayerNorm 16384 x 384 43 -> 46,
+// 32768 x 1024 78 -> 80, 8192 x 512 33 -> 35; f32 LayerNorm 16384 x 384 63 -> 65.5,
+// 8192 x 512 56 -> 58; bf16 RMSNorm 16384 x 384 47.7 -> 49.5; the rest within a point.
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
     const int waves = forward_prefetch(false, (int)sizeof(T), p.cols);
@@ -572,9 +572,9 @@ void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vector
 // Staged forward: whether it can run here, and its launch.
 constexpr int kStagedForwardElems = 32;  // columns a staged thread holds (at most 4 vectors)
 // Rows of at least this many values are staged (NormTuning::forward_stage_cols = kAuto).
-// Measured on an H100 (bench_norm --sweep, docs/norms.md): at N = 1024 to 8192 the register
-// kernel, many blocks per SM, is 1-4 points of copy ahead (f32 93-94% against 89-92%); from
-// N = 16384, where it needs 1024-thread blocks or the looped kernel, staging is 5 to 23 points
+// Measured on an H100 (bench_norm --sweep, docs/norms-history.md): at N = 1024 to 8192 the
+// register kernel, many blocks per SM, is 1-4 points of copy ahead (f32 93-94% against 89-92%);
+// from N = 16384, where it needs 1024-thread blocks or the looped kernel, staging is 5 to 23 points
 // ahead (f32 1024 x 32768: 84-85% against 61-62%).
 constexpr long long kForwardStageCols = 16384;
 // kAuto splits: a row a block can stage whole is not split; longer rows go in the fewest slices of
@@ -639,23 +639,23 @@ bool rows_over_l2_share(long long cols, int elem_bytes) {
 // Which rows the looped kernel takes when NormTuning::forward_loop_cols is kAuto: rows of 16-byte
 // vectors, from kForwardLoopVectors to kForwardLoopMaxVectors of them (f32 N = 4096 to 32768,
 // bf16 / f16 N = 8192 to 65536), each in about one step (looped_shape). Measured on an H200
-// (bench_norm --sweep, docs/norms.md): the second read costs little from L2, and 32 registers a
-// thread let two 1024-thread blocks, or eight of 256, share an SM, so more rows are on their way
-// than the register kernel (which keeps the row) or the staged one (one block an SM) can have:
-// f32 RMSNorm 2048 x 16384 89% of copy against 82% staged, LayerNorm 4096 x 8192 88% against 79%
-// in registers, bf16 RMSNorm 4096 x 8192 82% against 76%. Shorter rows keep the register kernel,
-// several rows a block (one row a block is too little work); longer ones are staged, or looped
-// when they cannot be (too long for registers). Rows of 4097 to kForwardLoopStepVectors vectors
-// (most of a step of 1024 x 4, or more than one): LayerNorm's since session 10 (H200, against the
-// staged forward: f32 1024 x 32768 74% against 67%, 1365 x 24576 75% against 56%), RMSNorm's
-// since session 17 (against the staged forward: H100 f32 1024 x 24576 88.0% against 85.0%,
-// 1024 x 20480 88.5% against 83.1%; H200 78.2% against 72.1%, 79.6% against 62.8%). Longer rows
-// fill most of a step of 1024 x 8: LayerNorm's are looped, RMSNorm's where they are over the L2
-// share (the staged forward was ahead of both looped shapes for them on an H200, above; on an
-// H100 f32 RMSNorm 1024 x 32768 92.4% looped against 84.8% staged, bf16 1024 x 65536 88.7%
-// against 83.2%). Rows of 16384 vectors stay staged (H100, f32 RMSNorm 1024 x 65536 89.7% staged,
-// 77.6% looped). Measured without a fused residual, which the looped kernel adds one vector at a
-// time: with one, rows of more than kForwardLoopMaxVectorsResidual vectors stay staged.
+// (bench_norm --sweep, docs/norms-history.md): the second read costs little from L2, and 32
+// registers a thread let two 1024-thread blocks, or eight of 256, share an SM, so more rows are on
+// their way than the register kernel (which keeps the row) or the staged one (one block an SM) can
+// have: f32 RMSNorm 2048 x 16384 89% of copy against 82% staged, LayerNorm 4096 x 8192 88% against
+// 79% in registers, bf16 RMSNorm 4096 x 8192 82% against 76%. Shorter rows keep the register
+// kernel, several rows a block (one row a block is too little work); longer ones are staged, or
+// looped when they cannot be (too long for registers). Rows of 4097 to kForwardLoopStepVectors
+// vectors (most of a step of 1024 x 4, or more than one): LayerNorm's since session 10 (H200,
+// against the staged forward: f32 1024 x 32768 74% against 67%, 1365 x 24576 75% against 56%),
+// RMSNorm's since session 17 (against the staged forward: H100 f32 1024 x 24576 88.0% against
+// 85.0%, 1024 x 20480 88.5% against 83.1%; H200 78.2% against 72.1%, 79.6% against 62.8%). Longer
+// rows fill most of a step of 1024 x 8: LayerNorm's are looped, RMSNorm's where they are over the
+// L2 share (the staged forward was ahead of both looped shapes for them on an H200, above; on an
+// H100 f32 RMSNorm 1024 x 32768 92.4% looped against 84.8% staged, bf16 1024 x 65536 88.7% against
+// 83.2%). Rows of 16384 vectors stay staged (H100, f32 RMSNorm 1024 x 65536 89.7% staged, 77.6%
+// looped). Measured without a fused residual, which the looped kernel adds one vector at a time:
+// with one, rows of more than kForwardLoopMaxVectorsResidual vectors stay staged.
 constexpr long long kForwardLoopVectors = 1024;
 constexpr long long kForwardLoopStepVectors = 6144;
 constexpr long long kForwardLoopMaxVectors = 8192;
@@ -693,11 +693,11 @@ LoopedShape looped_shape(long long cols, int vec, int elem_bytes, bool by_defaul
 }
 
 // Vectors a thread of the register kernel aims to hold (row_layout's target_items). Measured on
-// an H200 (bench_norm --sweep, docs/norms.md, session 9): two vectors a thread (twice the threads
-// a row) beat four for RMSNorm and for f32 LayerNorm (N = 1024: f32 RMSNorm 89% -> 93% of copy,
-// f32 LayerNorm 88% -> 92%, bf16 RMSNorm 80% -> 83%; bf16 RMSNorm N = 4096 80% -> 82%), but not
-// for LayerNorm of 2-byte values (bf16 N = 1024 76% -> 71%, N = 4096 72% -> 65%), which keeps
-// four, as do rows without 16-byte vectors (not measured).
+// an H200 (bench_norm --sweep, docs/norms-history.md, session 9): two vectors a thread (twice
+// the threads a row) beat four for RMSNorm and for f32 LayerNorm (N = 1024: f32 RMSNorm 89% -> 93%
+// of copy, f32 LayerNorm 88% -> 92%, bf16 RMSNorm 80% -> 83%; bf16 RMSNorm N = 4096 80% -> 82%),
+// but not for LayerNorm of 2-byte values (bf16 N = 1024 76% -> 71%, N = 4096 72% -> 65%), which
+// keeps four, as do rows without 16-byte vectors (not measured).
 int row_vectors(bool layer, int elem_bytes, bool vector_ok) {
     if (g_tuning.forward_row_vectors != NormTuning::kAuto)
         return std::max(1, g_tuning.forward_row_vectors);
