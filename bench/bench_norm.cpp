@@ -170,6 +170,9 @@ std::vector<SweepColumn> sweep_columns() {
     column("registers", [](Tuning& t) { t.stage_bytes = 0; });
     for (int stages : {3, 4})  // auto is 2
         column("stages " + std::to_string(stages), [&](Tuning& t) { t.stages = stages; });
+    for (int kib : {8, 16, 64})  // bytes of a row group staged at once (auto: 32 KiB)
+        column("stage " + std::to_string(kib) + "K",
+               [&](Tuning& t) { t.stage_bytes = kib * 1024; });
     for (int elems : {16, 8, 4})  // columns a backward thread takes (auto: see NormTuning)
         column("bwd elems " + std::to_string(elems), [&](Tuning& t) { t.backward_elems = elems; });
     column("staged", [](Tuning& t) {  // every row the staged forward can take, none looped
