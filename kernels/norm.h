@@ -115,8 +115,8 @@ struct NormTuning {
     // norm_forward.cu's measured rule (launch_forward_looped).
     int forward_loop_batch = kAuto;
     // Vectors a forward thread aims to hold when the row is held in registers (fewer threads a
-    // row, more work each); kAuto: 2, or 4 for LayerNorm of bf16 / f16 and rows without 16-byte
-    // vectors (norm_forward.cu, row_vectors).
+    // row, more work each); kAuto: 2, or 4 for LayerNorm of bf16 / f16 (but rows of N = 1024 and
+    // 2048) and rows without 16-byte vectors (norm_forward.cu, row_vectors).
     int forward_row_vectors = kAuto;
     // 1: rows of 16-byte vectors held by at most 128 threads, at most 4 vectors each, take
     // register kernels built for their threads a row and vectors a thread (compile-time

@@ -697,11 +697,27 @@ LoopedShape looped_shape(long long cols, int vec, int elem_bytes, bool by_defaul
 // the threads a row) beat four for RMSNorm and for f32 LayerNorm (N = 1024: f32 RMSNorm 89% -> 93%
 // of copy, f32 LayerNorm 88% -> 92%, bf16 RMSNorm 80% -> 83%; bf16 RMSNorm N = 4096 80% -> 82%),
 // but not for LayerNorm of 2-byte values (bf16 N = 1024 76% -> 71%, N = 4096 72% -> 65%), which
-// keeps four, as do rows without 16-byte vectors (not measured).
-int row_vectors(bool layer, int elem_bytes, bool vector_ok) {
+// kept four, as do rows without 16-byte vectors (not measured). Measured again in session 18
+// (same sweep, today's kernels, four against two vectors, f32 / bf16 weights): on an H100 two
+// now win for bf16 LayerNorm at N = 1024 (32768 x 1024: 85.2 -> 88.5 / 83.9 -> 88.9) and
+// N = 2048 (16384 x 2048: 85.1 -> 87.8 / 83.5 -> 89.2), and at N = 4096 (8192 x 4096: 85.0 ->
+// 87.8), but lose a point at N = 384; on an H200 they are level or ahead at N = 1024-2048
+// (32768 x 1024: 79.1 -> 79.0 / 79.2 -> 80.8; 16384 x 2048: 79.3 -> 78.7 / 79.6 -> 81.0) and far
+// behind at N = 512-768 and 4096-6144 (8192 x 4096: 79.3 -> 66.4 / 79.1 -> 70.0), and at
+// N = 1536 (16384 x 1536: 75.2 -> 68.4 / 77.4 -> 68.2), whose 192 vectors two a thread spread
+// over 128 threads with a quarter of them idle (four a thread: 64 threads of exactly 3). So
+// rows of 128 or 256 vectors (kLayerTwoVectorsMin..Max, a power of two: bf16 / f16 N = 1024 and
+// 2048), which two vectors a thread cover exactly, take two.
+constexpr long long kLayerTwoVectorsMin = 128, kLayerTwoVectorsMax = 256;
+
+int row_vectors(bool layer, int elem_bytes, bool vector_ok, long long cols) {
     if (g_tuning.forward_row_vectors != NormTuning::kAuto)
         return std::max(1, g_tuning.forward_row_vectors);
-    return vector_ok && !(layer && elem_bytes == 2) ? 2 : 4;
+    if (!vector_ok) return 4;
+    if (!layer || elem_bytes != 2) return 2;
+    const long long nvec = cols * elem_bytes / 16;
+    const bool pow2 = (nvec & (nvec - 1)) == 0;
+    return pow2 && nvec >= kLayerTwoVectorsMin && nvec <= kLayerTwoVectorsMax ? 2 : 4;
 }
 
 template <typename T, typename W>
@@ -765,7 +781,7 @@ void forward_typed(const NormForwardArgs& a) {
     RowLayout l = row_layout(a.cols, sizeof(T), vector_ok,
                              std::min(kForwardElems, g_tuning.forward_elems),
                              64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(), 8,
-                             row_vectors(layer, sizeof(T), vector_ok));  // see forward_max_threads
+                             row_vectors(layer, sizeof(T), vector_ok, a.cols));  // see forward_max_threads
     if (l.looped) return run_looped();
     if (vector_ok) {
         if (layer) launch_forward<T, W, kVec, true>(p, l);
