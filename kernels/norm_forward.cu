@@ -661,12 +661,13 @@ constexpr long long kForwardLoopStepVectors = 6144;
 constexpr long long kForwardLoopMaxVectors = 8192;
 constexpr long long kForwardLoopMaxVectorsResidual = 4096;
 
-bool loop_by_default(long long cols, int vec, int elem_bytes, bool layer, bool residual) {
+// `over_l2`: rows_over_l2_share for these rows (the caller asks once; looped_shape needs it too).
+bool loop_by_default(long long cols, int vec, bool layer, bool residual, bool over_l2) {
     const long long nvec = cols / vec;
     if (vec == 1 || nvec < kForwardLoopVectors) return false;
     if (residual) return nvec <= kForwardLoopMaxVectorsResidual;
     if (nvec <= kForwardLoopStepVectors) return true;
-    return nvec <= kForwardLoopMaxVectors && (layer || rows_over_l2_share(cols, elem_bytes));
+    return nvec <= kForwardLoopMaxVectors && (layer || over_l2);
 }
 
 // The looped kernel's block: `threads` threads, `vectors` vectors each in flight per step. kAuto:
@@ -678,10 +679,10 @@ bool loop_by_default(long long cols, int vec, int elem_bytes, bool layer, bool r
 struct LoopedShape {
     int threads = 1024, vectors = 8;
 };
-LoopedShape looped_shape(long long cols, int vec, int elem_bytes, bool by_default) {
+LoopedShape looped_shape(long long cols, int vec, bool by_default, bool over_l2) {
     const long long nvec = (cols + vec - 1) / vec;
     LoopedShape s;
-    const int most_vectors = by_default && !rows_over_l2_share(cols, elem_bytes) ? 4 : 8;
+    const int most_vectors = by_default && !over_l2 ? 4 : 8;
     s.threads = (int)std::min<long long>(1024, std::max<long long>(32, pow2_floor(nvec / 4)));
     s.vectors = (int)std::min<long long>(most_vectors,
                                          std::max<long long>(1, pow2_floor(nvec / s.threads)));
@@ -740,9 +741,10 @@ void forward_typed(const NormForwardArgs& a) {
         vector_ok = vector_ok && aligned_to(ptr, 16);
     for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
     const int looped_vec = vector_ok ? kVec : 1;
+    const bool over_l2 = rows_over_l2_share(a.cols, (int)sizeof(T));
     const bool loop_default =
-        loop_by_default(a.cols, looped_vec, (int)sizeof(T), layer, a.residual != nullptr);
-    const LoopedShape looped = looped_shape(a.cols, looped_vec, (int)sizeof(T), loop_default);
+        loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr, over_l2);
+    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default, over_l2);
     auto run_looped = [&] {
         if (!vector_ok) {
             if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
@@ -781,7 +783,8 @@ void forward_typed(const NormForwardArgs& a) {
     RowLayout l = row_layout(a.cols, sizeof(T), vector_ok,
                              std::min(kForwardElems, g_tuning.forward_elems),
                              64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(), 8,
-                             row_vectors(layer, sizeof(T), vector_ok, a.cols));  // see forward_max_threads
+                             row_vectors(layer, sizeof(T), vector_ok,
+                                         a.cols));  // see forward_max_threads
     if (l.looped) return run_looped();
     if (vector_ok) {
         if (layer) launch_forward<T, W, kVec, true>(p, l);
