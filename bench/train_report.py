@@ -2,7 +2,7 @@
 and each PyTorch mode) the median step time (warm-up left out), tokens/s, peak GPU memory, the
 validation loss at step 1000 and the best validation loss with its step.
 
-usage: train_report.py OUT_DIR   (reads OUT_DIR/fusegrad/metrics.jsonl and OUT_DIR/torch_*/)
+usage: train_report.py OUT_DIR   (reads OUT_DIR/fusegrad*/ and OUT_DIR/torch_*/)
 """
 import glob
 import json
@@ -34,11 +34,17 @@ def summarise_metrics(path):
 def main():
     out = sys.argv[1]
     rows = []
-    fg = os.path.join(out, "fusegrad", "metrics.jsonl")
-    if os.path.exists(fg):
-        config = open(os.path.join(out, "fusegrad", "config.yaml")).read()
-        tf32 = any(line.split("#")[0].split() == ["tf32:", "true"] for line in config.splitlines())
-        rows.append(("fusegrad fp32" + (" (TF32 matmuls)" if tf32 else ""), summarise_metrics(fg)))
+    for d in sorted(glob.glob(os.path.join(out, "fusegrad*", ""))):
+        fg = os.path.join(d, "metrics.jsonl")
+        if not os.path.exists(fg):
+            continue
+        config = open(os.path.join(d, "config.yaml")).read()
+        precision = "fp32"
+        for line in config.splitlines():
+            words = line.split("#")[0].split()
+            if words[:1] == ["precision:"]:
+                precision = words[1].strip('"')
+        rows.append(("fusegrad " + precision, summarise_metrics(fg)))
     for d in sorted(glob.glob(os.path.join(out, "torch_*", ""))):
         path = os.path.join(d, "summary.json")
         summary = json.load(open(path)) if os.path.exists(path) else {}

@@ -4,10 +4,19 @@
 // is computed once per pass, and four decisions share one Philox call. Longer rows take the
 // looping kernels (lane l walks columns l, l + 32, ...), which re-read the row from L1/L2 on each
 // pass. Masked columns (j > i) are never read: their P, Pd and dS are written as 0.
+// S, dPd and lse are fp32; every kernel is a template over the storage type T of its output (Pd
+// or dS: float, __nv_bfloat16 or __half, float_types.cuh), which gets the float result rounded
+// once, so the float instantiation stores exactly the value it computes. The output may be S
+// itself only when T is float: every element is read and written by one lane, which reads it
+// before it writes it (a 16-bit output laid over S would put one row's values on other rows).
 #include <cfloat>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "attention.h"
+#include "float_types.cuh"
 #include "philox.h"
 #include "runtime.h"
 
@@ -25,7 +34,8 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-__global__ void attention_probs_kernel(const float* s, float* pd, float* lse, bool compute_lse,
+template <typename T>
+__global__ void attention_probs_kernel(const float* s, T* pd, float* lse, bool compute_lse,
                                        long long rows, long long t, float scale, float p,
                                        float keep_scale, std::uint64_t seed, std::uint64_t offset) {
     const long long row = blockIdx.x * (long long)kWarpsPerBlock + threadIdx.x / 32;
@@ -33,7 +43,7 @@ __global__ void attention_probs_kernel(const float* s, float* pd, float* lse, bo
     if (row >= rows) return;
     const long long visible = row % t + 1;
     const float* sr = s + row * t;
-    float* pr = pd + row * t;
+    T* pr = pd + row * t;
     float row_lse;
     if (compute_lse) {
         float m = -FLT_MAX;
@@ -53,20 +63,22 @@ __global__ void attention_probs_kernel(const float* s, float* pd, float* lse, bo
             v = expf(__fmul_rn(scale, sr[j]) - row_lse);
             if (p > 0.0f) v = philox::keep(seed, base + j, p) ? v * keep_scale : 0.0f;
         }
-        pr[j] = v;
+        pr[j] = store_float<T>(v);
     }
 }
 
-__global__ void attention_probs_backward_kernel(float* s, const float* dpd, const float* lse,
-                                                long long rows, long long t, float scale, float p,
-                                                float keep_scale, std::uint64_t seed,
+template <typename T>
+__global__ void attention_probs_backward_kernel(const float* s, const float* dpd, const float* lse,
+                                                T* ds, long long rows, long long t, float scale,
+                                                float p, float keep_scale, std::uint64_t seed,
                                                 std::uint64_t offset) {
     const long long row = blockIdx.x * (long long)kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const long long visible = row % t + 1;
-    float* sr = s + row * t;
+    const float* sr = s + row * t;
     const float* gr = dpd + row * t;
+    T* dr = ds + row * t;  // may alias sr (T float): lane l reads sr[j] before it writes dr[j]
     const float row_lse = lse[row];
     const std::uint64_t base = offset + static_cast<std::uint64_t>(row) * t;
     // dot = sum_j dP_j P_j over the visible columns.
@@ -78,13 +90,13 @@ __global__ void attention_probs_backward_kernel(float* s, const float* dpd, cons
     }
     dot = warp_sum(dot);
     for (long long j = lane; j < t; j += 32) {
-        float ds = 0.0f;
+        float d = 0.0f;
         if (j < visible) {
             float dp = gr[j];
             if (p > 0.0f) dp = philox::keep(seed, base + j, p) ? dp * keep_scale : 0.0f;
-            ds = scale * expf(__fmul_rn(scale, sr[j]) - row_lse) * (dp - dot);
+            d = scale * expf(__fmul_rn(scale, sr[j]) - row_lse) * (dp - dot);
         }
-        sr[j] = ds;
+        dr[j] = store_float<T>(d);
     }
 }
 
@@ -92,8 +104,8 @@ __global__ void attention_probs_backward_kernel(float* s, const float* dpd, cons
 // groups of four consecutive columns, 128 g + 4 l .. 128 g + 4 l + 3, so each group's four
 // dropout decisions come from one Philox call (kernels/philox.h) when its first counter is a
 // multiple of 4 (always, when t is).
-template <int kGroups>
-__global__ void attention_probs_reg_kernel(const float* s, float* pd, float* lse, bool compute_lse,
+template <typename T, int kGroups>
+__global__ void attention_probs_reg_kernel(const float* s, T* pd, float* lse, bool compute_lse,
                                            long long rows, long long t, float scale, float p,
                                            float keep_scale, std::uint64_t seed,
                                            std::uint64_t offset) {
@@ -127,7 +139,7 @@ __global__ void attention_probs_reg_kernel(const float* s, float* pd, float* lse
         row_lse = lse[row];
     }
     const std::uint64_t base = offset + static_cast<std::uint64_t>(row) * t;
-    float* pr = pd + row * t;  // may alias sr: every lane has read its values above
+    T* pr = pd + row * t;  // may alias sr (T float): every lane has read its values above
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
         const long long j0 = 128 * g + 4 * lane;
@@ -139,21 +151,22 @@ __global__ void attention_probs_reg_kernel(const float* s, float* pd, float* lse
             const long long j = j0 + e;
             if (j >= t) break;
             const float prob = j < visible ? expf(v[g][e] - row_lse) : 0.0f;
-            pr[j] = kept[e] ? prob * (p > 0.0f ? keep_scale : 1.0f) : 0.0f;
+            pr[j] = store_float<T>(kept[e] ? prob * (p > 0.0f ? keep_scale : 1.0f) : 0.0f);
         }
     }
 }
 
-template <int kGroups>
-__global__ void attention_probs_backward_reg_kernel(float* s, const float* dpd, const float* lse,
-                                                    long long rows, long long t, float scale,
-                                                    float p, float keep_scale, std::uint64_t seed,
+template <typename T, int kGroups>
+__global__ void attention_probs_backward_reg_kernel(const float* s, const float* dpd,
+                                                    const float* lse, T* ds, long long rows,
+                                                    long long t, float scale, float p,
+                                                    float keep_scale, std::uint64_t seed,
                                                     std::uint64_t offset) {
     const long long row = blockIdx.x * (long long)kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const long long visible = row % t + 1;
-    float* sr = s + row * t;
+    const float* sr = s + row * t;
     const float* gr = dpd + row * t;
     const float row_lse = lse[row];
     const std::uint64_t base = offset + static_cast<std::uint64_t>(row) * t;
@@ -175,13 +188,17 @@ __global__ void attention_probs_backward_reg_kernel(float* s, const float* dpd, 
             }
         }
     }
+    // The warp_sum's shuffles wait for every lane: the whole row has been read when the stores
+    // below start, so ds may alias s (T float).
     dot = warp_sum(dot);
+    T* dr = ds + row * t;
 #pragma unroll
     for (int g = 0; g < kGroups; ++g)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const long long j = 128 * g + 4 * lane + e;
-            if (j < t) sr[j] = j < visible ? scale * prob[g][e] * (dp[g][e] - dot) : 0.0f;
+            if (j < t)
+                dr[j] = store_float<T>(j < visible ? scale * prob[g][e] * (dp[g][e] - dot) : 0.0f);
         }
 }
 
@@ -201,38 +218,63 @@ bool with_groups(long long t, Launch&& launch) {
     return true;
 }
 
-}  // namespace
-
-void attention_probs_f32(const float* s, float* pd, float* lse, bool compute_lse, long long rows,
-                         long long t, float scale, float p, std::uint64_t seed,
-                         std::uint64_t offset) {
-    if (rows == 0) return;
-    const float keep_scale = 1.0f / (1.0f - p);
-    const bool in_registers = with_groups(t, [&](auto groups) {
-        attention_probs_reg_kernel<decltype(groups)::value>
-            <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-                s, pd, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset);
-    });
-    if (!in_registers)
-        attention_probs_kernel<<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-            s, pd, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset);
-    FG_LAUNCH_CHECK();
+// The aliasing rule of attention.h: out (n values of T) may be s (n floats) itself when T is
+// float; any other overlap would have stores of one row land on another row not yet read.
+template <typename T>
+void check_aliasing(const char* what, const float* s, const void* out, long long n) {
+    const auto s0 = reinterpret_cast<std::uintptr_t>(s);
+    const auto o0 = reinterpret_cast<std::uintptr_t>(out);
+    const auto count = static_cast<std::uintptr_t>(n);
+    const bool overlap = s0 < o0 + count * sizeof(T) && o0 < s0 + count * sizeof(float);
+    if (overlap && !(std::is_same_v<T, float> && s0 == o0))
+        throw std::invalid_argument(std::string("internal error: ") + what +
+                                    ": the output overlaps s (only s itself, with an f32 output, "
+                                    "is allowed)");
 }
 
-void attention_probs_backward_f32(float* s_to_ds, const float* dpd, const float* lse,
-                                  long long rows, long long t, float scale, float p,
-                                  std::uint64_t seed, std::uint64_t offset) {
-    if (rows == 0) return;
-    const float keep_scale = 1.0f / (1.0f - p);
-    const bool in_registers = with_groups(t, [&](auto groups) {
-        attention_probs_backward_reg_kernel<decltype(groups)::value>
-            <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-                s_to_ds, dpd, lse, rows, t, scale, p, keep_scale, seed, offset);
+}  // namespace
+
+void attention_probs(const float* s, ScalarType out_type, void* pd, float* lse, bool compute_lse,
+                     long long rows, long long t, float scale, float p, std::uint64_t seed,
+                     std::uint64_t offset) {
+    with_float_type(out_type, "attention_probs", [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0) return;
+        check_aliasing<T>("attention_probs", s, pd, rows * t);
+        T* out = static_cast<T*>(pd);
+        const float keep_scale = 1.0f / (1.0f - p);
+        const bool in_registers = with_groups(t, [&](auto groups) {
+            attention_probs_reg_kernel<T, decltype(groups)::value>
+                <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
+                    s, out, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset);
+        });
+        if (!in_registers)
+            attention_probs_kernel<T><<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
+                s, out, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset);
+        FG_LAUNCH_CHECK();
     });
-    if (!in_registers)
-        attention_probs_backward_kernel<<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-            s_to_ds, dpd, lse, rows, t, scale, p, keep_scale, seed, offset);
-    FG_LAUNCH_CHECK();
+}
+
+void attention_probs_backward(const float* s, const float* dpd, const float* lse,
+                              ScalarType out_type, void* ds, long long rows, long long t,
+                              float scale, float p, std::uint64_t seed, std::uint64_t offset) {
+    with_float_type(out_type, "attention_probs_backward", [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0) return;
+        check_aliasing<T>("attention_probs_backward", s, ds, rows * t);
+        T* out = static_cast<T*>(ds);
+        const float keep_scale = 1.0f / (1.0f - p);
+        const bool in_registers = with_groups(t, [&](auto groups) {
+            attention_probs_backward_reg_kernel<T, decltype(groups)::value>
+                <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
+                    s, dpd, lse, out, rows, t, scale, p, keep_scale, seed, offset);
+        });
+        if (!in_registers)
+            attention_probs_backward_kernel<T>
+                <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
+                    s, dpd, lse, out, rows, t, scale, p, keep_scale, seed, offset);
+        FG_LAUNCH_CHECK();
+    });
 }
 
 }  // namespace fg::kernels

@@ -11,20 +11,26 @@
 //             dS_rj = s P_rj (dP_rj - sum_k dP_rk P_rk)
 //   where sum_k dP_rk P_rk = sum_k dPd_rk Pd_rk, so nothing of (T, T) size is kept between the
 //   forward and the backward: only lse (one float per row).
+// Precision: S, dPd and lse are fp32 whatever the inputs' type (the score GEMMs write fp32 even from
+// bf16 q and k, as flash attention keeps its scores); Pd and dS, the operands of the next GEMMs,
+// are stored in `out_type` (f32, bf16 or f16).
 #pragma once
 
 #include <cstdint>
 
+#include "elementwise.h"  // ScalarType
+
 namespace fg::kernels {
 
-// Pd from S. compute_lse: the forward (writes lse); else lse is read (the backward's recompute).
-// s and pd may be the same buffer (each row is read before it is written).
-void attention_probs_f32(const float* s, float* pd, float* lse, bool compute_lse, long long rows,
-                         long long t, float scale, float p, std::uint64_t seed,
-                         std::uint64_t offset);
-// dS from S (overwritten with dS), dPd and lse.
-void attention_probs_backward_f32(float* s_to_ds, const float* dpd, const float* lse,
-                                  long long rows, long long t, float scale, float p,
-                                  std::uint64_t seed, std::uint64_t offset);
+// Pd (of out_type) from S. compute_lse: the forward (writes lse); else lse is read (the
+// backward's recompute). s and pd may be the same buffer when out_type is f32 (each row is read
+// before it is written).
+void attention_probs(const float* s, ScalarType out_type, void* pd, float* lse, bool compute_lse,
+                     long long rows, long long t, float scale, float p, std::uint64_t seed,
+                     std::uint64_t offset);
+// dS (of out_type) from S, dPd and lse. ds may be s itself when out_type is f32.
+void attention_probs_backward(const float* s, const float* dpd, const float* lse,
+                              ScalarType out_type, void* ds, long long rows, long long t,
+                              float scale, float p, std::uint64_t seed, std::uint64_t offset);
 
 }  // namespace fg::kernels

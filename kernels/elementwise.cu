@@ -1,9 +1,16 @@
-// kernels/elementwise.cu: one thread per element (four per thread through 16-byte float4 loads
-// when sizes and alignment allow), grid-strided so a grid of a few blocks per SM covers any n.
+// kernels/elementwise.cu: the kernels behind elementwise.h. The arithmetic ones (binary, scale,
+// rsqrt, GELU, dropout) are templates over the storage type T (float, __nv_bfloat16 or __half,
+// float_types.cuh): they widen to float, compute in float and round once when they store, so the
+// f32 instance is the plain float kernel. A thread takes one 16-byte pack of W elements at a time
+// (W = 4 floats or 8 16-bit values) when the pointers are 16-byte aligned, then the elements past
+// the last whole pack (all of them when misaligned) one at a time. Every loop is grid-strided, so
+// a grid of a few blocks per SM covers any n. fill and cast cover every storage dtype (through
+// half.h's integer conversions); the random draws are f32 (philox.h).
 #include <cstdint>
 
 #include "device_error.cuh"
 #include "elementwise.h"
+#include "float_types.cuh"
 #include "half.h"
 #include "philox.h"
 #include "runtime.h"
@@ -13,6 +20,67 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Elements of T in one 16-byte pack, the unit of a vector load or store.
+template <typename T> constexpr int kWidth = 16 / static_cast<int>(sizeof(T));
+
+template <typename T>
+struct alignas(16) Pack {
+    T v[kWidth<T>];
+};
+
+// Pack `pack` of x (elements pack * W .. pack * W + W - 1), widened to float.
+template <typename T>
+__device__ __forceinline__ void load_pack(const T* x, long long pack, float (&v)[kWidth<T>]) {
+    const Pack<T> p = reinterpret_cast<const Pack<T>*>(x)[pack];
+#pragma unroll
+    for (int e = 0; e < kWidth<T>; ++e) v[e] = load_float(p.v[e]);
+}
+
+// v rounded to T, stored as pack `pack` of y.
+template <typename T>
+__device__ __forceinline__ void store_pack(T* y, long long pack, const float (&v)[kWidth<T>]) {
+    Pack<T> p;
+#pragma unroll
+    for (int e = 0; e < kWidth<T>; ++e) p.v[e] = store_float<T>(v[e]);
+    reinterpret_cast<Pack<T>*>(y)[pack] = p;
+}
+
+__device__ __forceinline__ long long thread_index() {
+    return blockIdx.x * (long long)blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long thread_count() { return (long long)gridDim.x * blockDim.x; }
+
+// y[i] = f(x[i]) for i < n: packs 0 .. packs - 1 a pack per thread, then the elements from
+// packs * W on one per thread. y may be x.
+template <typename T, typename F>
+__device__ __forceinline__ void map_elements(const T* x, T* y, long long n, long long packs, F f) {
+    for (long long i = thread_index(); i < packs; i += thread_count()) {
+        float v[kWidth<T>];
+        load_pack(x, i, v);
+#pragma unroll
+        for (int e = 0; e < kWidth<T>; ++e) v[e] = f(v[e]);
+        store_pack(y, i, v);
+    }
+    for (long long i = packs * kWidth<T> + thread_index(); i < n; i += thread_count())
+        y[i] = store_float<T>(f(load_float(x[i])));
+}
+
+// out[i] = f(x[i], z[i]), in the same order of work as map_elements. out may be x or z.
+template <typename T, typename F>
+__device__ __forceinline__ void map_pairs(const T* x, const T* z, T* out, long long n,
+                                          long long packs, F f) {
+    for (long long i = thread_index(); i < packs; i += thread_count()) {
+        float vx[kWidth<T>], vz[kWidth<T>];
+        load_pack(x, i, vx);
+        load_pack(z, i, vz);
+#pragma unroll
+        for (int e = 0; e < kWidth<T>; ++e) vx[e] = f(vx[e], vz[e]);
+        store_pack(out, i, vx);
+    }
+    for (long long i = packs * kWidth<T> + thread_index(); i < n; i += thread_count())
+        out[i] = store_float<T>(f(load_float(x[i]), load_float(z[i])));
+}
+
 __device__ __forceinline__ float apply(BinaryOp op, float a, float b) {
     switch (op) {
         case BinaryOp::add: return a + b;
@@ -21,22 +89,22 @@ __device__ __forceinline__ float apply(BinaryOp op, float a, float b) {
     }
 }
 
-__device__ __forceinline__ float4 apply4(BinaryOp op, float4 a, float4 b) {
-    return make_float4(apply(op, a.x, b.x), apply(op, a.y, b.y), apply(op, a.z, b.z),
-                       apply(op, a.w, b.w));
-}
+// How binary's vector loop reads one operand for a pack of W output elements (see pack_read).
+struct PackRead {
+    bool splat;       // false: a whole pack of the operand; true: one element for the whole pack
+    long long count;  // packs the operand holds (false) or elements it holds (true)
+    long long inner;  // true only: output packs per operand element
+};
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
-// Vector path: no operand repeats along the fastest dim (inner 1), every count a multiple of 4,
-// 16-byte aligned pointers; indices in float4 units.
-__global__ void binary_vec4_kernel(BinaryOp op, const float4* a, long long na4, const float4* b,
-                                   long long nb4, float4* out, long long n4) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
-         i += (long long)gridDim.x * blockDim.x) {
-        float4 va = a[na4 == n4 ? i : i % na4];
-        float4 vb = b[nb4 == n4 ? i : i % nb4];
-        out[i] = apply4(op, va, vb);
+template <typename T>
+__device__ __forceinline__ void read_operand(const T* x, PackRead r, long long pack,
+                                             float (&v)[kWidth<T>]) {
+    if (r.splat) {
+        const float s = load_float(x[r.count == 1 ? 0 : pack / r.inner % r.count]);
+#pragma unroll
+        for (int e = 0; e < kWidth<T>; ++e) v[e] = s;
+    } else {
+        load_pack(x, pack < r.count ? pack : pack % r.count, v);
     }
 }
 
@@ -45,34 +113,36 @@ __device__ __forceinline__ long long broadcast_index(long long i, Broadcast s, l
     return (i / s.inner) % s.count;
 }
 
-__global__ void binary_kernel(BinaryOp op, const float* a, Broadcast sa, const float* b,
-                              Broadcast sb, float* out, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        out[i] = apply(op, a[broadcast_index(i, sa, n)], b[broadcast_index(i, sb, n)]);
+// out = a (op) b: the first `packs` packs through ra / rb, the rest element by element through
+// the broadcast shapes. out may be a or b (then that operand is full and read before written).
+template <typename T>
+__global__ void binary_kernel(BinaryOp op, const T* a, Broadcast sa, PackRead ra, const T* b,
+                              Broadcast sb, PackRead rb, T* out, long long n, long long packs) {
+    for (long long i = thread_index(); i < packs; i += thread_count()) {
+        float va[kWidth<T>], vb[kWidth<T>];
+        read_operand(a, ra, i, va);
+        read_operand(b, rb, i, vb);
+#pragma unroll
+        for (int e = 0; e < kWidth<T>; ++e) va[e] = apply(op, va[e], vb[e]);
+        store_pack(out, i, va);
+    }
+    for (long long i = packs * kWidth<T> + thread_index(); i < n; i += thread_count()) {
+        const float va = load_float(a[broadcast_index(i, sa, n)]);
+        const float vb = load_float(b[broadcast_index(i, sb, n)]);
+        out[i] = store_float<T>(apply(op, va, vb));
     }
 }
 
-__global__ void scale_vec4_kernel(const float4* x, float alpha, float4* y, long long n4) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
-         i += (long long)gridDim.x * blockDim.x) {
-        float4 v = x[i];
-        y[i] = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
-    }
+// y = alpha x
+template <typename T>
+__global__ void scale_kernel(const T* x, float alpha, T* y, long long n, long long packs) {
+    map_elements(x, y, n, packs, [alpha](float v) { return alpha * v; });
 }
 
-__global__ void scale_kernel(const float* x, float alpha, float* y, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        y[i] = alpha * x[i];
-    }
-}
-
-__global__ void rsqrt_kernel(const float* x, float* y, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        y[i] = 1.0f / sqrtf(x[i]);  // IEEE sqrt and divide, like the CPU
-    }
+// y = 1 / sqrt(x), IEEE sqrt and divide like the CPU
+template <typename T>
+__global__ void rsqrt_kernel(const T* x, T* y, long long n, long long packs) {
+    map_elements(x, y, n, packs, [](float v) { return 1.0f / sqrtf(v); });
 }
 
 // Phi(x) = 0.5 (1 + erf(x / sqrt 2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
@@ -83,44 +153,45 @@ __device__ __forceinline__ float gelu_grad(float x) {
     return cdf + x * pdf;
 }
 
-__global__ void gelu_forward_kernel(const float4* x, float4* y, long long n4) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
-         i += (long long)gridDim.x * blockDim.x) {
-        float4 v = x[i];
-        y[i] = make_float4(gelu(v.x), gelu(v.y), gelu(v.z), gelu(v.w));
-    }
+// y = x Phi(x)
+template <typename T>
+__global__ void gelu_forward_kernel(const T* x, T* y, long long n, long long packs) {
+    map_elements(x, y, n, packs, [](float v) { return gelu(v); });
 }
 
-__global__ void gelu_tail_kernel(const float* x, const float* dy, float* out, long long begin,
-                                 long long n) {
-    // Scalar path for what the float4 loop leaves (and the whole array when misaligned).
-    for (long long i = begin + blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        out[i] = dy ? dy[i] * gelu_grad(x[i]) : gelu(x[i]);
-    }
+// dx = dy (Phi(x) + x phi(x))
+template <typename T>
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, long long n, long long packs) {
+    map_pairs(x, dy, dx, n, packs, [](float v, float g) { return g * gelu_grad(v); });
 }
 
-__global__ void gelu_backward_kernel(const float4* x, const float4* dy, float4* dx, long long n4) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
-         i += (long long)gridDim.x * blockDim.x) {
-        float4 v = x[i], g = dy[i];
-        dx[i] = make_float4(g.x * gelu_grad(v.x), g.y * gelu_grad(v.y), g.z * gelu_grad(v.z),
-                            g.w * gelu_grad(v.w));
-    }
-}
-
-// Each thread takes four consecutive elements, so one Philox call decides all four when the
-// offset is a multiple of 4 (the ops claim aligned offsets).
-__global__ void dropout_kernel(const float* in, float* out, long long n, float p,
+// out = keep ? in / (1 - p) : 0 (as in * (1 / (1 - p))). One philox::keep4 call decides four
+// consecutive elements, so a pack takes W / 4 calls, and the elements after the last pack (all of
+// them when misaligned) go four to a thread. A call costs one Philox block when its first counter
+// is a multiple of 4: packs and groups start at multiples of 4, and the ops pass aligned offsets.
+template <typename T>
+__global__ void dropout_kernel(const T* in, T* out, long long n, long long packs, float p,
                                unsigned long long seed, unsigned long long offset) {
-    float scale = 1.0f / (1.0f - p);
-    for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; 4 * g < n;
-         g += (long long)gridDim.x * blockDim.x) {
+    static_assert(kWidth<T> % 4 == 0, "a pack holds whole groups of four decisions");
+    const float scale = 1.0f / (1.0f - p);
+    for (long long i = thread_index(); i < packs; i += thread_count()) {
+        float v[kWidth<T>];
+        load_pack(in, i, v);
+#pragma unroll
+        for (int q = 0; q < kWidth<T>; q += 4) {
+            bool kept[4];
+            philox::keep4(seed, offset + i * kWidth<T> + q, p, kept);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[q + e] = kept[e] ? v[q + e] * scale : 0.0f;
+        }
+        store_pack(out, i, v);
+    }
+    for (long long g = packs * (kWidth<T> / 4) + thread_index(); 4 * g < n; g += thread_count()) {
         bool kept[4];
         philox::keep4(seed, offset + 4 * g, p, kept);
         for (int e = 0; e < 4 && 4 * g + e < n; ++e) {
             const long long i = 4 * g + e;
-            out[i] = kept[e] ? in[i] * scale : 0.0f;
+            out[i] = store_float<T>(kept[e] ? load_float(in[i]) * scale : 0.0f);
         }
     }
 }
@@ -166,11 +237,21 @@ template <typename From>
 void cast_from(const From* src, void* dst, ScalarType to, long long n) {
     int grid = grid_for(n, kThreads);
     switch (to) {
-        case ScalarType::f32: cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (float*)dst, n); break;
-        case ScalarType::f64: cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (double*)dst, n); break;
-        case ScalarType::bf16: cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (Bf16*)dst, n); break;
-        case ScalarType::f16: cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (F16*)dst, n); break;
-        case ScalarType::i32: cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (int*)dst, n); break;
+        case ScalarType::f32:
+            cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (float*)dst, n);
+            break;
+        case ScalarType::f64:
+            cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (double*)dst, n);
+            break;
+        case ScalarType::bf16:
+            cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (Bf16*)dst, n);
+            break;
+        case ScalarType::f16:
+            cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (F16*)dst, n);
+            break;
+        case ScalarType::i32:
+            cast_kernel<<<grid, kThreads, 0, stream()>>>(src, (int*)dst, n);
+            break;
     }
     FG_LAUNCH_CHECK();
 }
@@ -199,75 +280,114 @@ __global__ void bernoulli_kernel(float* out, long long n, float p, unsigned long
     }
 }
 
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// Packs the vector loop takes: every whole pack when the pointers are 16-byte aligned, else none.
+template <typename T>
+long long packs_for(long long n, bool aligned) {
+    return aligned ? n / kWidth<T> : 0;
+}
+
+// Blocks for `packs` packs plus `rest` work items after them (elements, or dropout's groups of
+// four), a thread each.
+int grid_for_items(long long packs, long long rest) { return grid_for(packs + rest, kThreads); }
+
+// Whether binary's vector loop can read operand x of shape s, and how (r). Whole packs: x is the
+// full array, or repeats along the leading dims (inner 1) with a count of whole packs; these need
+// x 16-byte aligned. One element per pack: x is a scalar, or each of its elements covers whole
+// packs (inner a multiple of W).
+template <typename T>
+bool pack_read(const void* x, Broadcast s, long long n, PackRead& r) {
+    constexpr long long w = kWidth<T>;
+    if (s.count == n || (s.inner == 1 && s.count % w == 0)) {
+        r = {false, s.count / w, 1};
+        return aligned16(x);
+    }
+    if (s.count == 1) {
+        r = {true, 1, 1};
+        return true;
+    }
+    if (s.inner % w == 0) {
+        r = {true, s.count, s.inner / w};
+        return true;
+    }
+    return false;
+}
+
 }  // namespace
 
-void binary_f32(BinaryOp op, const float* a, Broadcast sa, const float* b, Broadcast sb,
-                float* out, long long n) {
+void binary(BinaryOp op, ScalarType type, const void* a, Broadcast sa, const void* b,
+            Broadcast sb, void* out, long long n) {
     if (n == 0) return;
-    bool flat_a = sa.count == n || sa.inner == 1, flat_b = sb.count == n || sb.inner == 1;
-    if (flat_a && flat_b && n % 4 == 0 && sa.count % 4 == 0 && sb.count % 4 == 0 &&
-        aligned16(a) && aligned16(b) && aligned16(out)) {
-        binary_vec4_kernel<<<grid_for(n / 4, kThreads), kThreads, 0, stream()>>>(
-            op, (const float4*)a, sa.count / 4, (const float4*)b, sb.count / 4, (float4*)out,
-            n / 4);
-    } else {
-        binary_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(op, a, sa, b, sb, out, n);
-    }
+    with_float_type(type, "binary", [&](auto tag) {
+        using T = decltype(tag);
+        PackRead ra{}, rb{};
+        const bool vector =
+            aligned16(out) && pack_read<T>(a, sa, n, ra) && pack_read<T>(b, sb, n, rb);
+        const long long packs = packs_for<T>(n, vector);
+        binary_kernel<T><<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
+            op, static_cast<const T*>(a), sa, ra, static_cast<const T*>(b), sb, rb,
+            static_cast<T*>(out), n, packs);
+    });
     FG_LAUNCH_CHECK();
 }
 
-void scale_f32(const float* x, float alpha, float* y, long long n) {
+void scale(ScalarType type, const void* x, float alpha, void* y, long long n) {
     if (n == 0) return;
-    if (n % 4 == 0 && aligned16(x) && aligned16(y)) {
-        scale_vec4_kernel<<<grid_for(n / 4, kThreads), kThreads, 0, stream()>>>(
-            (const float4*)x, alpha, (float4*)y, n / 4);
-    } else {
-        scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, alpha, y, n);
-    }
+    with_float_type(type, "scale", [&](auto tag) {
+        using T = decltype(tag);
+        const long long packs = packs_for<T>(n, aligned16(x) && aligned16(y));
+        scale_kernel<T><<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
+            static_cast<const T*>(x), alpha, static_cast<T*>(y), n, packs);
+    });
     FG_LAUNCH_CHECK();
 }
 
-void rsqrt_f32(const float* x, float* y, long long n) {
+void rsqrt(ScalarType type, const void* x, void* y, long long n) {
     if (n == 0) return;
-    rsqrt_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, y, n);
+    with_float_type(type, "rsqrt", [&](auto tag) {
+        using T = decltype(tag);
+        const long long packs = packs_for<T>(n, aligned16(x) && aligned16(y));
+        rsqrt_kernel<T><<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), n, packs);
+    });
     FG_LAUNCH_CHECK();
 }
 
-void gelu_forward_f32(const float* x, float* y, long long n) {
+void gelu_forward(ScalarType type, const void* x, void* y, long long n) {
     if (n == 0) return;
-    long long n4 = (aligned16(x) && aligned16(y)) ? n / 4 : 0;
-    if (n4 > 0) {
-        gelu_forward_kernel<<<grid_for(n4, kThreads), kThreads, 0, stream()>>>(
-            (const float4*)x, (float4*)y, n4);
-        FG_LAUNCH_CHECK();
-    }
-    if (4 * n4 < n) {
-        gelu_tail_kernel<<<grid_for(n - 4 * n4, kThreads), kThreads, 0, stream()>>>(
-            x, nullptr, y, 4 * n4, n);
-        FG_LAUNCH_CHECK();
-    }
+    with_float_type(type, "gelu_forward", [&](auto tag) {
+        using T = decltype(tag);
+        const long long packs = packs_for<T>(n, aligned16(x) && aligned16(y));
+        gelu_forward_kernel<T>
+            <<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
+                static_cast<const T*>(x), static_cast<T*>(y), n, packs);
+    });
+    FG_LAUNCH_CHECK();
 }
 
-void gelu_backward_f32(const float* x, const float* dy, float* dx, long long n) {
+void gelu_backward(ScalarType type, const void* x, const void* dy, void* dx, long long n) {
     if (n == 0) return;
-    long long n4 = (aligned16(x) && aligned16(dy) && aligned16(dx)) ? n / 4 : 0;
-    if (n4 > 0) {
-        gelu_backward_kernel<<<grid_for(n4, kThreads), kThreads, 0, stream()>>>(
-            (const float4*)x, (const float4*)dy, (float4*)dx, n4);
-        FG_LAUNCH_CHECK();
-    }
-    if (4 * n4 < n) {
-        gelu_tail_kernel<<<grid_for(n - 4 * n4, kThreads), kThreads, 0, stream()>>>(
-            x, dy, dx, 4 * n4, n);
-        FG_LAUNCH_CHECK();
-    }
+    with_float_type(type, "gelu_backward", [&](auto tag) {
+        using T = decltype(tag);
+        const long long packs = packs_for<T>(n, aligned16(x) && aligned16(dy) && aligned16(dx));
+        gelu_backward_kernel<T>
+            <<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
+                static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n, packs);
+    });
+    FG_LAUNCH_CHECK();
 }
 
-void dropout_f32(const float* in, float* out, long long n, float p, unsigned long long seed,
-                 unsigned long long offset) {
+void dropout(ScalarType type, const void* in, void* out, long long n, float p,
+             unsigned long long seed, unsigned long long offset) {
     if (n == 0) return;
-    dropout_kernel<<<grid_for((n + 3) / 4, kThreads), kThreads, 0, stream()>>>(in, out, n, p, seed,
-                                                                            offset);
+    with_float_type(type, "dropout", [&](auto tag) {
+        using T = decltype(tag);
+        const long long packs = packs_for<T>(n, aligned16(in) && aligned16(out));
+        const long long groups_after = (n - packs * kWidth<T> + 3) / 4;
+        dropout_kernel<T><<<grid_for_items(packs, groups_after), kThreads, 0, stream()>>>(
+            static_cast<const T*>(in), static_cast<T*>(out), n, packs, p, seed, offset);
+    });
     FG_LAUNCH_CHECK();
 }
 

@@ -1,8 +1,9 @@
-// kernels/elementwise.h: launchers for the elementwise kernels. Arithmetic ops are f32 (the
-// training dtype); fill and cast cover every storage dtype. All launch on kernels::stream().
-// Shapes: n is the element count of the output. A broadcast operand holds na elements and is read
-// as a[(i / a_inner) % na]: a (C) bias over a (B, T, C) activation has inner 1, a per-row (R, 1)
-// statistic over (R, C) has inner C.
+// kernels/elementwise.h: launchers for the elementwise kernels. Arithmetic ops take f32, bf16 or
+// f16 storage (`type`): 16-bit values are widened to float, computed in float, and rounded once
+// when stored, as PyTorch's kernels do. fill and cast cover every storage dtype. All launch on
+// kernels::stream(). Shapes: n is the element count of the output. A broadcast operand holds
+// `count` elements and is read as a[(i / inner) % count]: a (C) bias over a (B, T, C) activation
+// has inner 1, a per-row (R, 1) statistic over (R, C) has inner C.
 #pragma once
 
 #include <cstdint>
@@ -18,20 +19,21 @@ struct Broadcast {
     long long count;  // elements the operand holds
     long long inner;  // output elements per operand element along the fastest dims
 };
-// out[i] = a[(i / a.inner) % a.count] (op) b[(i / b.inner) % b.count]. out may alias a or b.
-void binary_f32(BinaryOp op, const float* a, Broadcast a_shape, const float* b,
-                Broadcast b_shape, float* out, long long n);
+// out[i] = a[(i / a.inner) % a.count] (op) b[(i / b.inner) % b.count]; a, b and out all of
+// `type`. out may alias a or b.
+void binary(BinaryOp op, ScalarType type, const void* a, Broadcast a_shape, const void* b,
+            Broadcast b_shape, void* out, long long n);
 // y[i] = alpha * x[i]
-void scale_f32(const float* x, float alpha, float* y, long long n);
+void scale(ScalarType type, const void* x, float alpha, void* y, long long n);
 // y[i] = 1 / sqrt(x[i])
-void rsqrt_f32(const float* x, float* y, long long n);
+void rsqrt(ScalarType type, const void* x, void* y, long long n);
 // GELU, exact erf form: y = x * Phi(x), dx = dy * (Phi(x) + x * phi(x)).
-void gelu_forward_f32(const float* x, float* y, long long n);
-void gelu_backward_f32(const float* x, const float* dy, float* dx, long long n);
+void gelu_forward(ScalarType type, const void* x, void* y, long long n);
+void gelu_backward(ScalarType type, const void* x, const void* dy, void* dx, long long n);
 // Inverted dropout: out[i] = keep(i) ? in[i] / (1 - p) : 0, keep(i) = philox uniform >= p at
 // counter offset + i. Forward and backward are the same map with the same (seed, offset).
-void dropout_f32(const float* in, float* out, long long n, float p, unsigned long long seed,
-                 unsigned long long offset);
+void dropout(ScalarType type, const void* in, void* out, long long n, float p,
+             unsigned long long seed, unsigned long long offset);
 // Every element set to value (converted to the dtype).
 void fill(void* dst, ScalarType type, double value, long long n);
 // dst[i] = convert(src[i]); float <-> bf16/f16 rounds to nearest even.

@@ -1,25 +1,32 @@
-// kernels/embedding.cu: see embedding.h. Workspace layout for the backward, in order:
-// sorted ids (n ints), positions (n ints), sorted positions (n ints), CUB's temporary storage.
+// kernels/embedding.cu: see embedding.h. Both kernels are templates over the storage type T of
+// the weight and the activations (float, __nv_bfloat16, __half; float_types.cuh): the forward
+// copies T values as they are, the backward widens dout to float, sums in float and rounds each
+// dweight value once. Workspace layout for the backward, in order: sorted ids (n ints), positions
+// (n ints), sorted positions (n ints), CUB's temporary storage (the same for every T).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "device_error.cuh"
 #include "embedding.h"
+#include "float_types.cuh"
 #include "runtime.h"
 
 namespace fg::kernels {
 namespace {
 
-__global__ void embedding_forward_kernel(const float* weight, const int* ids, long long dim,
-                                         long long vocab, float* out, DeviceErrorRecord* err) {
+template <typename T>
+__global__ void embedding_forward_kernel(const T* weight, const int* ids, long long dim,
+                                         long long vocab, T* out, DeviceErrorRecord* err) {
     long long row = blockIdx.x;
     int id = ids[row];
-    float* dst = out + row * dim;
+    T* dst = out + row * dim;
     if (id < 0 || id >= vocab) {
         if (threadIdx.x == 0) report_device_error(err, DeviceErrorCode::embedding_index, id, vocab);
-        for (long long c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = __int_as_float(0x7fc00000);
+        // NaN: the row must not look fine.
+        const T nan_value = store_float<T>(__int_as_float(0x7fc00000));
+        for (long long c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = nan_value;
         return;
     }
-    const float* src = weight + (long long)id * dim;
+    const T* src = weight + (long long)id * dim;
     for (long long c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = src[c];
 }
 
@@ -35,9 +42,10 @@ __global__ void iota_kernel(int* out, long long n) {
 // are added in warp order. The same shape every time: the result is deterministic.
 constexpr int kBackwardWarps = 8, kColsPerLane = 4, kTileCols = 32 * kColsPerLane;
 
-__global__ void embedding_backward_kernel(const float* dout, const int* sorted_ids,
+template <typename T>
+__global__ void embedding_backward_kernel(const T* dout, const int* sorted_ids,
                                           const int* sorted_pos, long long n, long long dim,
-                                          long long vocab, float* dweight) {
+                                          long long vocab, T* dweight) {
     __shared__ float partial[kBackwardWarps][kTileCols];
     const long long s = blockIdx.x;
     const int id = sorted_ids[s];
@@ -48,9 +56,9 @@ __global__ void embedding_backward_kernel(const float* dout, const int* sorted_i
     const long long col0 = blockIdx.y * (long long)kTileCols;
     float acc[kColsPerLane] = {};
     for (long long k = s + warp; k < end; k += kBackwardWarps) {
-        const float* row = dout + (long long)sorted_pos[k] * dim + col0;
+        const T* row = dout + (long long)sorted_pos[k] * dim + col0;
         for (int j = 0; j < kColsPerLane; ++j)
-            if (col0 + lane + 32 * j < dim) acc[j] += row[lane + 32 * j];
+            if (col0 + lane + 32 * j < dim) acc[j] += load_float(row[lane + 32 * j]);
     }
     for (int j = 0; j < kColsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
     __syncthreads();
@@ -58,7 +66,7 @@ __global__ void embedding_backward_kernel(const float* dout, const int* sorted_i
         if (col0 + c >= dim) continue;
         float total = 0.0f;
         for (int w = 0; w < kBackwardWarps; ++w) total += partial[w][c];
-        dweight[(long long)id * dim + col0 + c] = total;
+        dweight[(long long)id * dim + col0 + c] = store_float<T>(total);
     }
 }
 
@@ -75,37 +83,46 @@ std::size_t round_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
-void embedding_forward_f32(const float* weight, const int* ids, long long n, long long dim,
-                           long long vocab, float* out) {
-    if (n == 0 || dim == 0) return;
-    embedding_forward_kernel<<<(unsigned)n, threads_for(dim), 0, stream()>>>(
-        weight, ids, dim, vocab, out, device_error_record());
-    FG_LAUNCH_CHECK();
+void embedding_forward(ScalarType type, const void* weight, const int* ids, long long n,
+                       long long dim, long long vocab, void* out) {
+    with_float_type(type, "embedding_forward", [&](auto tag) {
+        using T = decltype(tag);
+        if (n == 0 || dim == 0) return;
+        embedding_forward_kernel<T><<<(unsigned)n, threads_for(dim), 0, stream()>>>(
+            static_cast<const T*>(weight), ids, dim, vocab, static_cast<T*>(out),
+            device_error_record());
+        FG_LAUNCH_CHECK();
+    });
 }
 
 std::size_t embedding_backward_workspace_bytes(long long n) {
     return 3 * round_up(sizeof(int) * (std::size_t)n) + round_up(cub_temp_bytes(n));
 }
 
-void embedding_backward_f32(const float* dout, const int* ids, long long n, long long dim,
-                            long long vocab, float* dweight, void* workspace) {
-    memset_device(dweight, 0, sizeof(float) * (std::size_t)(vocab * dim));  // unused rows are 0
-    if (n == 0 || dim == 0) return;
-    char* base = static_cast<char*>(workspace);
-    std::size_t ints = round_up(sizeof(int) * (std::size_t)n);
-    int* sorted_ids = reinterpret_cast<int*>(base);
-    int* positions = reinterpret_cast<int*>(base + ints);
-    int* sorted_pos = reinterpret_cast<int*>(base + 2 * ints);
-    void* temp = base + 3 * ints;
-    std::size_t temp_bytes = cub_temp_bytes(n);
-    iota_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(positions, n);
-    FG_LAUNCH_CHECK();
-    FG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, positions,
-                                                  sorted_pos, (int)n, 0, 32, stream()));
-    const dim3 grid((unsigned)n, (unsigned)((dim + kTileCols - 1) / kTileCols));
-    embedding_backward_kernel<<<grid, kBackwardWarps * 32, 0, stream()>>>(
-        dout, sorted_ids, sorted_pos, n, dim, vocab, dweight);
-    FG_LAUNCH_CHECK();
+void embedding_backward(ScalarType type, const void* dout, const int* ids, long long n,
+                        long long dim, long long vocab, void* dweight, void* workspace) {
+    with_float_type(type, "embedding_backward", [&](auto tag) {
+        using T = decltype(tag);
+        // Rows no id hits stay 0 (all-zero bytes are +0 in f32, bf16 and f16 alike).
+        memset_device(dweight, 0, sizeof(T) * (std::size_t)(vocab * dim));
+        if (n == 0 || dim == 0) return;
+        char* base = static_cast<char*>(workspace);
+        std::size_t ints = round_up(sizeof(int) * (std::size_t)n);
+        int* sorted_ids = reinterpret_cast<int*>(base);
+        int* positions = reinterpret_cast<int*>(base + ints);
+        int* sorted_pos = reinterpret_cast<int*>(base + 2 * ints);
+        void* temp = base + 3 * ints;
+        std::size_t temp_bytes = cub_temp_bytes(n);
+        iota_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(positions, n);
+        FG_LAUNCH_CHECK();
+        FG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, positions,
+                                                      sorted_pos, (int)n, 0, 32, stream()));
+        const dim3 grid((unsigned)n, (unsigned)((dim + kTileCols - 1) / kTileCols));
+        embedding_backward_kernel<T><<<grid, kBackwardWarps * 32, 0, stream()>>>(
+            static_cast<const T*>(dout), sorted_ids, sorted_pos, n, dim, vocab,
+            static_cast<T*>(dweight));
+        FG_LAUNCH_CHECK();
+    });
 }
 
 }  // namespace fg::kernels

@@ -1,10 +1,15 @@
-// kernels/reduce.cu: see reduce.h. Row sums give each row one warp; column and total sums split
-// the rows over a grid whose size depends only on the shape and the SM count, write one fp32
-// partial per (chunk, column), then sum the partials in a second, column-parallel kernel.
+// kernels/reduce.cu: see reduce.h. The kernels are templates over the storage type T of x (float,
+// __nv_bfloat16 or __half, float_types.cuh): each element is widened to float as it is loaded,
+// every sum and partial is fp32, and only the final value is rounded to T. The order of additions
+// is the same for every T, so a 16-bit sum is the f32 kernel's sum of the widened values, rounded
+// once. Row sums give each row one warp; column and total sums split the rows over a grid whose
+// size depends only on the shape and the SM count, write one fp32 partial per (chunk, column),
+// then sum the partials in a second, column-parallel kernel.
 #include <algorithm>
 
 #include "block_reduce.cuh"
 #include "device_error.cuh"
+#include "float_types.cuh"
 #include "reduce.h"
 #include "runtime.h"
 
@@ -13,27 +18,28 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row, 8 warps per block
 
-__global__ void row_sum_kernel(const float* x, long long rows, long long cols, float alpha,
-                               float* out) {
+// out[r] = alpha * sum_c x[r, c]: lane l adds columns l, l + 32, ..., then the warp adds lanes.
+template <typename T>
+__global__ void row_sum_kernel(const T* x, long long rows, long long cols, float alpha, T* out) {
     long long row = blockIdx.x * (long long)kRowsPerBlock + (threadIdx.x >> 5);
     if (row >= rows) return;
-    const float* xr = x + row * cols;
+    const T* xr = x + row * cols;
     float acc = 0.0f;
-    for (long long c = threadIdx.x & 31; c < cols; c += 32) acc += xr[c];
+    for (long long c = threadIdx.x & 31; c < cols; c += 32) acc += load_float(xr[c]);
     acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) out[row] = alpha * acc;
+    if ((threadIdx.x & 31) == 0) out[row] = store_float<T>(alpha * acc);
 }
 
 // Column sums, pass 1: block (32, 8) covers 32 columns; chunk blockIdx.y takes rows
-// ty + 8 * (blockIdx.y + k * gridDim.y). Partial row blockIdx.y gets the chunk's sums.
-__global__ void column_partial_kernel(const float* x, long long rows, long long cols,
-                                      float* partial) {
+// ty + 8 * (blockIdx.y + k * gridDim.y). Partial row blockIdx.y gets the chunk's fp32 sums.
+template <typename T>
+__global__ void column_partial_kernel(const T* x, long long rows, long long cols, float* partial) {
     __shared__ float tile[8][33];
     long long c = blockIdx.x * 32LL + threadIdx.x;
     float acc = 0.0f;
     if (c < cols) {
         for (long long r = blockIdx.y * 8LL + threadIdx.y; r < rows; r += gridDim.y * 8LL)
-            acc += x[r * cols + c];
+            acc += load_float(x[r * cols + c]);
     }
     tile[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
@@ -46,13 +52,13 @@ __global__ void column_partial_kernel(const float* x, long long rows, long long 
 }
 
 // Column sums, pass 2: one thread per column adds the chunks' partials in order.
-__global__ void column_finish_kernel(const float* partial, int chunks, long long cols,
-                                     float* out) {
+template <typename T>
+__global__ void column_finish_kernel(const float* partial, int chunks, long long cols, T* out) {
     long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (c >= cols) return;
     float s = 0.0f;
     for (int k = 0; k < chunks; ++k) s += partial[k * cols + c];
-    out[c] = s;
+    out[c] = store_float<T>(s);
 }
 
 int column_chunks(long long rows, long long cols) {
@@ -64,22 +70,26 @@ int column_chunks(long long rows, long long cols) {
 
 constexpr int kSumThreads = 512;
 
-__global__ void total_partial_kernel(const float* x, long long n, float* partial) {
+// Total sum, pass 1: block b adds elements b * 512 + t + k * (grid * 512) into partial[b].
+template <typename T>
+__global__ void total_partial_kernel(const T* x, long long n, float* partial) {
     __shared__ float scratch[32];
     float acc = 0.0f;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x)
-        acc += x[i];
+        acc += load_float(x[i]);
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void total_finish_kernel(const float* partial, int blocks, float alpha, float* out) {
+// Total sum, pass 2: one block adds the partials; out[0] = alpha * sum.
+template <typename T>
+__global__ void total_finish_kernel(const float* partial, int blocks, float alpha, T* out) {
     __shared__ float scratch[32];
     float acc = 0.0f;
     for (int i = threadIdx.x; i < blocks; i += blockDim.x) acc += partial[i];
     acc = block_sum(acc, scratch);
-    if (threadIdx.x == 0) out[0] = alpha * acc;
+    if (threadIdx.x == 0) out[0] = store_float<T>(alpha * acc);
 }
 
 int total_blocks(long long n) {
@@ -89,11 +99,15 @@ int total_blocks(long long n) {
 
 }  // namespace
 
-void row_sum_f32(const float* x, long long rows, long long cols, float alpha, float* out) {
+void row_sum(ScalarType type, const void* x, long long rows, long long cols, float alpha,
+             void* out) {
     if (rows == 0) return;
     long long blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    row_sum_kernel<<<(unsigned)blocks, 32 * kRowsPerBlock, 0, stream()>>>(x, rows, cols, alpha,
-                                                                           out);
+    with_float_type(type, "row_sum", [&](auto tag) {
+        using T = decltype(tag);
+        row_sum_kernel<T><<<(unsigned)blocks, 32 * kRowsPerBlock, 0, stream()>>>(
+            static_cast<const T*>(x), rows, cols, alpha, static_cast<T*>(out));
+    });
     FG_LAUNCH_CHECK();
 }
 
@@ -101,26 +115,37 @@ std::size_t column_sum_workspace_bytes(long long rows, long long cols) {
     return sizeof(float) * (std::size_t)column_chunks(rows, cols) * (std::size_t)cols;
 }
 
-void column_sum_f32(const float* x, long long rows, long long cols, float* out, void* workspace) {
+void column_sum(ScalarType type, const void* x, long long rows, long long cols, void* out,
+                void* workspace) {
     if (cols == 0) return;
     int chunks = column_chunks(rows, cols);
     float* partial = static_cast<float*>(workspace);
     dim3 grid((unsigned)((cols + 31) / 32), (unsigned)chunks);
-    column_partial_kernel<<<grid, dim3(32, 8), 0, stream()>>>(x, rows, cols, partial);
-    FG_LAUNCH_CHECK();
-    column_finish_kernel<<<(unsigned)((cols + 255) / 256), 256, 0, stream()>>>(partial, chunks,
-                                                                               cols, out);
+    with_float_type(type, "column_sum", [&](auto tag) {
+        using T = decltype(tag);
+        column_partial_kernel<T><<<grid, dim3(32, 8), 0, stream()>>>(static_cast<const T*>(x),
+                                                                     rows, cols, partial);
+        FG_LAUNCH_CHECK();
+        column_finish_kernel<T><<<(unsigned)((cols + 255) / 256), 256, 0, stream()>>>(
+            partial, chunks, cols, static_cast<T*>(out));
+    });
     FG_LAUNCH_CHECK();
 }
 
 std::size_t total_sum_workspace_bytes(long long n) { return sizeof(float) * total_blocks(n); }
 
-void total_sum_f32(const float* x, long long n, float alpha, float* out, void* workspace) {
+void total_sum(ScalarType type, const void* x, long long n, float alpha, void* out,
+               void* workspace) {
     int blocks = total_blocks(n);
     float* partial = static_cast<float*>(workspace);
-    total_partial_kernel<<<blocks, kSumThreads, 0, stream()>>>(x, n, partial);
-    FG_LAUNCH_CHECK();
-    total_finish_kernel<<<1, 1024, 0, stream()>>>(partial, blocks, alpha, out);
+    with_float_type(type, "total_sum", [&](auto tag) {
+        using T = decltype(tag);
+        total_partial_kernel<T>
+            <<<blocks, kSumThreads, 0, stream()>>>(static_cast<const T*>(x), n, partial);
+        FG_LAUNCH_CHECK();
+        total_finish_kernel<T><<<1, 1024, 0, stream()>>>(partial, blocks, alpha,
+                                                         static_cast<T*>(out));
+    });
     FG_LAUNCH_CHECK();
 }
 

@@ -1,4 +1,5 @@
-// kernels/reduce.h: sums of an f32 matrix x (R, C), row-major.
+// kernels/reduce.h: sums of a matrix x (R, C), row-major, of f32, bf16 or f16 storage (`type`);
+// every sum accumulates in fp32 and is rounded once to `type` when stored in `out`.
 //   row_sum:    out[r] = alpha * sum_c x[r, c]          (sum / mean over the last dim)
 //   column_sum: out[c] = sum_r x[r, c]                  (gradient of a broadcast bias)
 //   total_sum:  out[0] = alpha * sum_i x[i]             (sum / mean of everything)
@@ -9,14 +10,19 @@
 
 #include <cstddef>
 
+#include "elementwise.h"  // ScalarType
+
 namespace fg::kernels {
 
-void row_sum_f32(const float* x, long long rows, long long cols, float alpha, float* out);
+void row_sum(ScalarType type, const void* x, long long rows, long long cols, float alpha,
+             void* out);
 
 std::size_t column_sum_workspace_bytes(long long rows, long long cols);
-void column_sum_f32(const float* x, long long rows, long long cols, float* out, void* workspace);
+void column_sum(ScalarType type, const void* x, long long rows, long long cols, void* out,
+                void* workspace);
 
 std::size_t total_sum_workspace_bytes(long long n);
-void total_sum_f32(const float* x, long long n, float alpha, float* out, void* workspace);
+void total_sum(ScalarType type, const void* x, long long n, float alpha, void* out,
+               void* workspace);
 
 }  // namespace fg::kernels

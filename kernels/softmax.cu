@@ -1,9 +1,13 @@
 // kernels/softmax.cu: one block per row; passes over the row (max, sum of exponentials, write)
-// are served from L1/L2 after the first read. See softmax.h for the math.
+// are served from L1/L2 after the first read. See softmax.h for the math. Every kernel is a
+// template over the storage type T of the row (float, __nv_bfloat16, __half, float_types.cuh):
+// values are widened to float as they are read and rounded once as they are stored, so the f32
+// instantiation does the same float operations as a float-only kernel would.
 #include <cfloat>
 
 #include "block_reduce.cuh"
 #include "device_error.cuh"
+#include "float_types.cuh"
 #include "runtime.h"
 #include "softmax.h"
 
@@ -16,49 +20,52 @@ int threads_for(long long cols) {
     return t;
 }
 
-__global__ void softmax_forward_kernel(const float* x, long long cols, long long q_len, float* y) {
+template <typename T>
+__global__ void softmax_forward_kernel(const T* x, long long cols, long long q_len, T* y) {
     __shared__ float scratch[32];
     long long row = blockIdx.x;
-    const float* xr = x + row * cols;
-    float* yr = y + row * cols;
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
     // Number of visible columns for this row.
     long long visible = cols;
     if (q_len > 0) visible = min(cols, row % q_len + (cols - q_len) + 1);
     float m = -FLT_MAX;
-    for (long long j = threadIdx.x; j < visible; j += blockDim.x) m = fmaxf(m, xr[j]);
+    for (long long j = threadIdx.x; j < visible; j += blockDim.x) m = fmaxf(m, load_float(xr[j]));
     m = block_max(m, scratch);
     float s = 0.0f;
-    for (long long j = threadIdx.x; j < visible; j += blockDim.x) s += expf(xr[j] - m);
+    for (long long j = threadIdx.x; j < visible; j += blockDim.x) s += expf(load_float(xr[j]) - m);
     s = block_sum(s, scratch);
     float inv = 1.0f / s;
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        yr[j] = j < visible ? expf(xr[j] - m) * inv : 0.0f;
+        yr[j] = store_float<T>(j < visible ? expf(load_float(xr[j]) - m) * inv : 0.0f);
 }
 
-__global__ void softmax_backward_kernel(const float* y, const float* dy, long long cols,
-                                        float* dx) {
+template <typename T>
+__global__ void softmax_backward_kernel(const T* y, const T* dy, long long cols, T* dx) {
     __shared__ float scratch[32];
     long long row = blockIdx.x;
-    const float* yr = y + row * cols;
-    const float* gr = dy + row * cols;
+    const T* yr = y + row * cols;
+    const T* gr = dy + row * cols;
     float dot = 0.0f;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) dot += yr[j] * gr[j];
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x)
+        dot += load_float(yr[j]) * load_float(gr[j]);
     dot = block_sum(dot, scratch);
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        dx[row * cols + j] = yr[j] * (gr[j] - dot);
+        dx[row * cols + j] = store_float<T>(load_float(yr[j]) * (load_float(gr[j]) - dot));
 }
 
-__global__ void cross_entropy_rows_kernel(const float* logits, const int* targets, long long cols,
+template <typename T>
+__global__ void cross_entropy_rows_kernel(const T* logits, const int* targets, long long cols,
                                           int ignore_index, float* row_lse, float* row_loss,
                                           DeviceErrorRecord* err) {
     __shared__ float scratch[32];
     long long row = blockIdx.x;
-    const float* xr = logits + row * cols;
+    const T* xr = logits + row * cols;
     float m = -FLT_MAX;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, xr[j]);
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, load_float(xr[j]));
     m = block_max(m, scratch);
     float s = 0.0f;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += expf(xr[j] - m);
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += expf(load_float(xr[j]) - m);
     s = block_sum(s, scratch);
     if (threadIdx.x == 0) {
         float lse = m + logf(s);
@@ -70,11 +77,12 @@ __global__ void cross_entropy_rows_kernel(const float* logits, const int* target
             report_device_error(err, DeviceErrorCode::cross_entropy_target, t, cols);
             row_loss[row] = __int_as_float(0x7fc00000);  // NaN: the loss must not look fine
         } else {
-            row_loss[row] = lse - xr[t];
+            row_loss[row] = lse - load_float(xr[t]);
         }
     }
 }
 
+// Per-row statistics only (fp32 whatever the logits' type): not a template.
 __global__ void cross_entropy_mean_kernel(const float* row_loss, const int* targets,
                                           long long rows, int ignore_index, float* loss,
                                           float* inv_count) {
@@ -92,60 +100,77 @@ __global__ void cross_entropy_mean_kernel(const float* row_loss, const int* targ
     }
 }
 
-__global__ void cross_entropy_backward_kernel(const float* logits, const int* targets,
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T* logits, const int* targets,
                                               const float* row_lse, const float* inv_count,
                                               const float* dloss, long long cols,
-                                              int ignore_index, float* dlogits) {
+                                              int ignore_index, T* dlogits) {
     long long row = blockIdx.x;
     int t = targets[row];
-    const float* xr = logits + row * cols;
-    float* dr = dlogits + row * cols;
+    const T* xr = logits + row * cols;
+    T* dr = dlogits + row * cols;
     if (t == ignore_index) {
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = 0.0f;
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = store_float<T>(0.0f);
         return;
     }
     float scale = dloss[0] * inv_count[0];
     float lse = row_lse[row];
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        dr[j] = scale * (expf(xr[j] - lse) - (j == t ? 1.0f : 0.0f));
+        dr[j] = store_float<T>(scale * (expf(load_float(xr[j]) - lse) - (j == t ? 1.0f : 0.0f)));
 }
 
 }  // namespace
 
-void softmax_forward_f32(const float* x, long long rows, long long cols, long long q_len,
-                         float* y) {
-    if (rows == 0 || cols == 0) return;
-    softmax_forward_kernel<<<(unsigned)rows, threads_for(cols), 0, stream()>>>(x, cols, q_len, y);
-    FG_LAUNCH_CHECK();
-}
-
-void softmax_backward_f32(const float* y, const float* dy, long long rows, long long cols,
-                          float* dx) {
-    if (rows == 0 || cols == 0) return;
-    softmax_backward_kernel<<<(unsigned)rows, threads_for(cols), 0, stream()>>>(y, dy, cols, dx);
-    FG_LAUNCH_CHECK();
-}
-
-void cross_entropy_forward_f32(const float* logits, const int* targets, long long rows,
-                               long long cols, int ignore_index, float* row_lse, float* row_loss,
-                               float* loss, float* inv_count) {
-    if (rows > 0) {
-        cross_entropy_rows_kernel<<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
-            logits, targets, cols, ignore_index, row_lse, row_loss, device_error_record());
+void softmax_forward(ScalarType type, const void* x, long long rows, long long cols,
+                     long long q_len, void* y) {
+    with_float_type(type, "softmax_forward", [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0 || cols == 0) return;
+        softmax_forward_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
+            static_cast<const T*>(x), cols, q_len, static_cast<T*>(y));
         FG_LAUNCH_CHECK();
-    }
+    });
+}
+
+void softmax_backward(ScalarType type, const void* y, const void* dy, long long rows,
+                      long long cols, void* dx) {
+    with_float_type(type, "softmax_backward", [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0 || cols == 0) return;
+        softmax_backward_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
+            static_cast<const T*>(y), static_cast<const T*>(dy), cols, static_cast<T*>(dx));
+        FG_LAUNCH_CHECK();
+    });
+}
+
+void cross_entropy_forward(ScalarType type, const void* logits, const int* targets,
+                           long long rows, long long cols, int ignore_index, float* row_lse,
+                           float* row_loss, float* loss, float* inv_count) {
+    with_float_type(type, "cross_entropy_forward", [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0) return;
+        cross_entropy_rows_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
+            static_cast<const T*>(logits), targets, cols, ignore_index, row_lse, row_loss,
+            device_error_record());
+        FG_LAUNCH_CHECK();
+    });
+    // Also with no rows: the loss is then 0 / 0 = NaN and inv_count 0.
     cross_entropy_mean_kernel<<<1, 1024, 0, stream()>>>(row_loss, targets, rows, ignore_index,
                                                         loss, inv_count);
     FG_LAUNCH_CHECK();
 }
 
-void cross_entropy_backward_f32(const float* logits, const int* targets, const float* row_lse,
-                                const float* inv_count, const float* dloss, long long rows,
-                                long long cols, int ignore_index, float* dlogits) {
-    if (rows == 0) return;
-    cross_entropy_backward_kernel<<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
-        logits, targets, row_lse, inv_count, dloss, cols, ignore_index, dlogits);
-    FG_LAUNCH_CHECK();
+void cross_entropy_backward(ScalarType type, const void* logits, const int* targets,
+                            const float* row_lse, const float* inv_count, const float* dloss,
+                            long long rows, long long cols, int ignore_index, void* dlogits) {
+    with_float_type(type, "cross_entropy_backward", [&](auto tag) {
+        using T = decltype(tag);
+        if (rows == 0) return;
+        cross_entropy_backward_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
+            static_cast<const T*>(logits), targets, row_lse, inv_count, dloss, cols, ignore_index,
+            static_cast<T*>(dlogits));
+        FG_LAUNCH_CHECK();
+    });
 }
 
 }  // namespace fg::kernels

@@ -29,10 +29,13 @@ Tensor Linear::forward(const Tensor& x) const {
     FG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear",
              "input's last dim is ", x.defined() && x.dim() ? x.size(-1) : 0, ", the layer takes ",
              weight.size(1));
-    Tensor y = x.dim() == 1 ? matmul(x.reshape({1, x.size(0)}), weight, false, true)
+    // The layer computes in its input's dtype: f32 weights meet bf16 activations as bf16 copies
+    // (a recorded cast, so their gradients come back to the f32 weights).
+    Tensor w = cast(weight, x.dtype());
+    Tensor y = x.dim() == 1 ? matmul(x.reshape({1, x.size(0)}), w, false, true)
                                   .reshape({weight.size(0)})
-                            : matmul(x, weight, false, true);
-    return bias.defined() ? add(y, bias) : y;
+                            : matmul(x, w, false, true);
+    return bias.defined() ? add(y, cast(bias, x.dtype())) : y;
 }
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, float init_std,

@@ -1,6 +1,7 @@
 // layers/linear.h: Linear (y = x W^T + b, W stored (out, in) as nanoGPT and PyTorch do) and
 // Embedding (rows of a (V, C) table picked by i32 ids). Both initialise from a seeded Generator:
-// weights normal(0, init_std), biases zero.
+// weights normal(0, init_std), biases zero. A Linear computes in its input's dtype: given bf16
+// activations it multiplies by a bf16 copy of its (f32) weight, as PyTorch's autocast does.
 #pragma once
 
 #include "core/ops.h"

@@ -19,6 +19,9 @@ TransformerConfig block_config(const GPTConfig& c, Device device) {
     t.rmsnorm = c.rmsnorm;
     t.norm_reduction = c.norm_reduction;
     t.device = device;
+    FG_CHECK(c.compute_dtype == DType::f32 || c.compute_dtype == DType::bf16 ||
+                 c.compute_dtype == DType::f16,
+             "gpt", "compute dtype must be f32, bf16 or f16, got ", dtype_name(c.compute_dtype));
     return t;
 }
 
@@ -53,10 +56,12 @@ Tensor GPT::forward(const Tensor& ids) const {
              ", the model is on ", device_name(positions_.device()));
     // Positions 0..T-1: a view of the cached ids, no host copy (which would synchronise).
     Tensor x = add(wte.forward(ids), wpe.forward(positions_.slice(0, t)));  // (B, T, C) + (T, C)
+    if (config_.compute_dtype != DType::f32) x = cast(x, config_.compute_dtype);
     x = dropout(x, config_.dropout, training());
     for (const auto& block : h) x = block->forward(x);
     x = ln_f->forward(x);
-    return matmul(x, wte.weight, false, true);  // tied head: (B, T, C) @ (V, C)^T -> (B, T, V)
+    // Tied head: (B, T, C) @ (V, C)^T -> (B, T, V), in the activations' dtype.
+    return matmul(x, cast(wte.weight, x.dtype()), false, true);
 }
 
 Tensor GPT::loss(const Tensor& logits, const Tensor& targets, int ignore_index) const {

@@ -23,6 +23,11 @@ struct GPTConfig {
     bool bias = true;
     double dropout = 0.0;
     NormReduction norm_reduction = NormReduction::automatic;
+    // The activations' dtype. f32: the parameters' own dtype throughout. bf16 (or f16): mixed
+    // precision, as PyTorch's autocast: the embeddings are summed in the parameters' dtype and
+    // cast, every later activation and GEMM is 16-bit (Linear layers multiply by 16-bit copies of
+    // their weights), the norms take their f32 weights as they are, and the loss is fp32.
+    DType compute_dtype = DType::f32;
 };
 
 class GPT final : public Module {

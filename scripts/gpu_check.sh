@@ -2,9 +2,10 @@
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|all]...
-#   shakespeare: configs/shakespeare_char.yaml with fusegrad, then the PyTorch baseline
-#   (bench/train_torch.py, fp32 eager with TF32 unless TORCH_MODES says e.g. "fp32 bf16:compile"),
-#   for SHAKESPEARE_STEPS steps (default: the config's 5000), and a comparison table.
+#   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
+#   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
+#   TORCH_MODES says e.g. "bf16 bf16:compile fp32"), for SHAKESPEARE_STEPS steps (default: the
+#   config's 5000), and a comparison table.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -49,12 +50,16 @@ for step in $what; do
             steps=${SHAKESPEARE_STEPS:-5000} eval_iters=${SHAKESPEARE_EVAL_ITERS:-200}
             runs=/tmp/fg-shakespeare
             rm -rf "$runs" && mkdir -p "$runs"
-            build-gpu/train/fusegrad train configs/shakespeare_char.yaml \
-                --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$runs/fusegrad" \
-                --set train.steps="$steps" --set train.eval_iters="$eval_iters" ${FG_SET:-} \
-                > "$runs/fusegrad.log" 2>&1 || status=1
-            plots=("fusegrad=$runs/fusegrad/metrics.jsonl")
-            for mode in ${TORCH_MODES:-fp32}; do
+            plots=()
+            for precision in ${FG_PRECISIONS:-bf16}; do
+                build-gpu/train/fusegrad train configs/shakespeare_char.yaml \
+                    --set data.path="$GPU_DATA/tinyshakespeare.txt" \
+                    --set train.out_dir="$runs/fusegrad_$precision" --set train.precision="$precision" \
+                    --set train.steps="$steps" --set train.eval_iters="$eval_iters" ${FG_SET:-} \
+                    > "$runs/fusegrad_$precision.log" 2>&1 || status=1
+                plots+=("fusegrad $precision=$runs/fusegrad_$precision/metrics.jsonl")
+            done
+            for mode in ${TORCH_MODES:-bf16}; do
                 [ "$mode" = none ] && continue
                 name=torch_${mode/:/_}
                 flags="--mode ${mode%%:*}"
@@ -70,15 +75,17 @@ for step in $what; do
             (cd "$runs" && tar czf "$out/shakespeare_runs.tar.gz" --exclude='*.safetensors' .)
             ;;&
         seeds)
-            # Seed-to-seed spread: fusegrad and PyTorch fp32 with SEEDS (default "1 2"), each
-            # stopped at SEED_STEPS (default 2250) of the 5000-step schedule; val loss per eval.
+            # Seed-to-seed spread: fusegrad (the config's precision, bf16) and PyTorch (bf16
+            # autocast, eager; SEED_TORCH_MODE=fp32 for the fp32 baseline) with SEEDS (default
+            # "1337 1 2"), each stopped at SEED_STEPS (default 2250) of the 5000-step schedule.
             runs=/tmp/fg-seeds
             rm -rf "$runs" && mkdir -p "$runs"
-            for seed in ${SEEDS:-1 2}; do
+            for seed in ${SEEDS:-1337 1 2}; do
                 build-gpu/train/fusegrad train configs/shakespeare_char.yaml --max-steps "${SEED_STEPS:-2250}" \
                     --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$runs/fusegrad_$seed" \
                     --set train.seed="$seed" > "$runs/fusegrad_$seed.log" 2>&1 || status=1
                 python3 bench/train_torch.py configs/shakespeare_char.yaml "$runs/torch_$seed" --seed "$seed" \
+                    --mode "${SEED_TORCH_MODE:-bf16}" \
                     --data "$GPU_DATA/tinyshakespeare.txt" --steps "${SEED_STEPS:-2250}" \
                     > "$runs/torch_$seed.log" 2>&1 || status=1
             done

@@ -24,8 +24,10 @@ TEST_CASE("shape mismatches name the op and both shapes", "[errors]") {
 TEST_CASE("dtype mismatches name the op and both dtypes", "[errors]") {
     Tensor f = Tensor::zeros({2}), d = Tensor::zeros({2}, DType::f64);
     REQUIRE_THROWS_WITH(add(f, d), Contains("[add] inputs of different dtypes: f32 and f64"));
-    REQUIRE_THROWS_WITH(gelu(Tensor::zeros({2}, DType::bf16)),
-                        Contains("[gelu] CPU tensors must be f32 or f64, got bf16"));
+    REQUIRE_THROWS_WITH(gelu(Tensor::zeros({2}, DType::i32)),
+                        Contains("[gelu] CPU tensors must be f32, f64, bf16 or f16, got i32"));
+    REQUIRE_THROWS_WITH(matmul(Tensor::zeros({2, 2}, DType::bf16), Tensor::zeros({2, 2})),
+                        Contains("[matmul] inputs of different dtypes: bf16 and f32"));
     REQUIRE_THROWS_WITH(cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({2})),
                         Contains("[cross_entropy] targets must be i32, got f32"));
     REQUIRE_THROWS_WITH(embedding(Tensor::zeros({4, 2}), Tensor::zeros({3})),

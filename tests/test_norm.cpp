@@ -142,8 +142,11 @@ TEST_CASE("norm bad inputs say what and where", "[norm][errors]") {
                         Contains("[layernorm] bias has 63 elements"));
     REQUIRE_THROWS_WITH(rms_norm(x, Tensor::ones({64}, DType::f64)),
                         Contains("[rmsnorm] weight must be f32 or f32 like the input, got f64"));
-    REQUIRE_THROWS_WITH(rms_norm(Tensor::zeros({4, 64}, DType::bf16), Tensor()),
-                        Contains("[rmsnorm] CPU input must be f32 or f64, got bf16"));
+    REQUIRE_THROWS_WITH(rms_norm(Tensor::zeros({4, 64}, DType::i32), Tensor()),
+                        Contains("[rmsnorm] CPU tensors must be f32, f64, bf16 or f16, got i32"));
+    REQUIRE_THROWS_WITH(rms_norm(Tensor::zeros({4, 64}, DType::bf16),
+                                 Tensor::ones({64}, DType::f64)),
+                        Contains("[rmsnorm] weight must be f32 or bf16 like the input, got f64"));
     NormOptions bad;
     bad.eps = 0.0;
     REQUIRE_THROWS_WITH(rms_norm(x, Tensor(), Tensor(), bad), Contains("[rmsnorm] eps must be > 0"));

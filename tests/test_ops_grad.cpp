@@ -256,5 +256,5 @@ TEST_CASE("causal_attention rejects bad input", "[ops][errors]") {
     REQUIRE_THROWS_WITH(causal_attention(random_f64({3, 1, 1, 0, 4}), 0.0),
                         Contains("[causal_attention] qkv needs T >= 1 and D >= 1, got (3, 1, 1, 0, 4)"));
     REQUIRE_THROWS_WITH(causal_attention(Tensor::zeros({3, 1, 1, 4, 4}, DType::i32), 0.0),
-                        Contains("[causal_attention] CPU tensors must be f32 or f64, got i32"));
+                        Contains("[causal_attention] CPU tensors must be f32, f64, bf16 or f16, got i32"));
 }

@@ -136,10 +136,12 @@ TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
     CHECK_THAT(progress_line(0, 400000, 1.0, 10.0), Contains("ETA 1:06:40"));
     CHECK(progress_line(5, 10, 1.0, 1.0, 20).find('[') == std::string::npos);  // too narrow: text only
 
-    CHECK(peak_tflops("NVIDIA H200", true) == 494.7);
-    CHECK(peak_tflops("NVIDIA H100 80GB HBM3", false) == 66.9);
-    CHECK(peak_tflops("NVIDIA H100 PCIe", true) == 378.0);
-    CHECK(peak_tflops("Some Future GPU", true) == 0.0);
+    CHECK(peak_tflops("NVIDIA H200", "tf32") == 494.7);
+    CHECK(peak_tflops("NVIDIA H200", "bf16") == 989.4);
+    CHECK(peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 66.9);
+    CHECK(peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0);
+    CHECK(peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.0);
+    CHECK(peak_tflops("Some Future GPU", "bf16") == 0.0);
 
     // 6 per weight plus 12 L C T: the baby GPT (10.65M weights without wpe) at T = 256.
     CHECK(gpt_flops_per_token(1000, 2, 8, 4) == 6.0 * 1000 + 12.0 * 2 * 8 * 4);

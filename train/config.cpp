@@ -133,8 +133,9 @@ const std::vector<Field>& schema() {
         field("train", "device", &C::train, &C::Train::device, "auto, cpu or cuda", one_of({"auto", "cpu", "cuda"})),
         field("train", "out_dir", &C::train, &C::Train::out_dir, "run directory (checkpoints, metrics, config)"),
         field("train", "checkpoint_interval", &C::train, &C::Train::checkpoint_interval, "steps between checkpoints", at_least(1)),
+        field("train", "precision", &C::train, &C::Train::precision, "fp32, tf32 (f32 with TF32 GPU matmuls) or bf16 (f32 master weights, bf16 activations and matmuls)", one_of({"fp32", "tf32", "bf16"})),
         field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"})),
-        field("kernels", "tf32", &C::kernels, &C::Kernels::tf32, "TF32 tensor cores for f32 CUDA matmuls (about 1e-3 relative error, much faster)"),
+
     };
     return fields;
 }
@@ -225,6 +226,16 @@ public:
     void set(Config& c, const std::string& section, const std::string& key, const YAML::Node& value,
              const YAML::Mark& mark, const std::vector<std::string>& keys) {
         std::string path = section + "." + key;
+        explicitly_set_.insert(path);
+        if (path == "kernels.tf32") {  // the key train.precision replaced: read as an alias
+            bool on = false;
+            if (!value.IsScalar() || !YAML::convert<bool>::decode(value, on))
+                error(value.Mark().is_null() ? mark : value.Mark(), path,
+                      "expected a boolean (true or false)");
+            else
+                tf32_alias_ = on ? 1 : 0;
+            return;
+        }
         for (const Field& f : schema()) {
             if (f.section != section || f.key != key) continue;
             std::string why = f.read(c, value);
@@ -265,6 +276,23 @@ public:
         origin_ = origin_saved_;
     }
 
+    // kernels.tf32 (before train.precision existed): true means precision tf32, false fp32.
+    // Old run directories keep resuming; a contradiction with train.precision is an error.
+    void resolve_tf32_alias(Config& c) {
+        if (tf32_alias_ < 0) return;
+        const std::string meant = tf32_alias_ ? "tf32" : "fp32";
+        if (explicitly_set_.count("train.precision") && c.train.precision != meant) {
+            error(YAML::Mark::null_mark(), "kernels.tf32",
+                  "is " + std::string(tf32_alias_ ? "true" : "false") +
+                      " but train.precision is " + c.train.precision +
+                      "; kernels.tf32 was replaced by train.precision: remove it");
+            return;
+        }
+        c.train.precision = meant;
+        c.warnings.push_back(origin_ + ": kernels.tf32 is deprecated: it was read as " +
+                             "train.precision: " + meant + " (write that instead)");
+    }
+
     // Checks that involve several keys.
     void cross_checks(const Config& c) {
         const YAML::Mark none = YAML::Mark::null_mark();
@@ -288,6 +316,8 @@ public:
 private:
     std::string origin_, origin_saved_;
     std::vector<std::string> errors_;
+    std::set<std::string> explicitly_set_;  // dotted keys the file or --set gave
+    int tf32_alias_ = -1;                   // kernels.tf32 as read: -1 absent, 0 false, 1 true
 };
 
 }  // namespace
@@ -305,6 +335,7 @@ Config parse_config(const std::string& yaml, const std::string& origin,
     }
     reader.read_document(c, root);
     for (const std::string& o : overrides) reader.apply_override(c, o);
+    reader.resolve_tf32_alias(c);
     reader.cross_checks(c);
     reader.raise_if_any();
     return c;

@@ -38,11 +38,15 @@ struct Config {
         std::int64_t eval_interval = 250, eval_iters = 20, seed = 1337;
         std::string device = "auto", out_dir = "runs/default";
         std::int64_t checkpoint_interval = 500;
+        // fp32: f32 everywhere. tf32: f32, GPU matmuls on TF32 tensor cores. bf16: mixed
+        // precision (f32 master weights and AdamW moments, bf16 activations and GEMMs).
+        std::string precision = "fp32";
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";
-        bool tf32 = false;  // TF32 tensor cores for f32 CUDA matmuls
     } kernels;
+    // Notes for the user that are not errors (a deprecated key was read); the caller prints them.
+    std::vector<std::string> warnings;
 };
 
 // Reads `path` over the defaults, then applies `overrides` ("key.path=value"). Throws fg::Error

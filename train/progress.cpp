@@ -29,19 +29,20 @@ std::string progress_line(std::int64_t step, std::int64_t total, double loss, do
     return line + "]" + tail;
 }
 
-double peak_tflops(const std::string& gpu_name, bool tf32) {
+double peak_tflops(const std::string& gpu_name, const std::string& precision) {
     // NVIDIA's datasheet figures, dense. Order matters: the more specific name first.
     struct Peak {
         const char* name;
-        double fp32, tf32;
+        double fp32, tf32, bf16;
     };
     static const Peak table[] = {
-        {"H100 PCIe", 51.2, 378.0}, {"H100 NVL", 60.0, 417.5}, {"H100", 66.9, 494.7},
-        {"H200", 66.9, 494.7},  // also GH200
-        {"A100", 19.5, 156.0},
+        {"H100 PCIe", 51.2, 378.0, 756.0}, {"H100 NVL", 60.0, 417.5, 835.0},
+        {"H100", 66.9, 494.7, 989.4}, {"H200", 66.9, 494.7, 989.4},  // also GH200
+        {"A100", 19.5, 156.0, 312.0},
     };
     for (const Peak& p : table)
-        if (gpu_name.find(p.name) != std::string::npos) return tf32 ? p.tf32 : p.fp32;
+        if (gpu_name.find(p.name) != std::string::npos)
+            return precision == "bf16" ? p.bf16 : precision == "tf32" ? p.tf32 : p.fp32;
     return 0.0;
 }
 

@@ -12,9 +12,10 @@ namespace fg {
 std::string progress_line(std::int64_t step, std::int64_t total, double loss, double ms_per_step,
                           int width = 100);
 
-// Dense (no sparsity) peak TFLOP/s of f32 matmuls on a GPU known by its CUDA device name, with
-// TF32 tensor cores or plain FP32 cores; 0 when the GPU is not in the table.
-double peak_tflops(const std::string& gpu_name, bool tf32);
+// Dense (no sparsity) peak TFLOP/s of the matmuls a train.precision runs (fp32 on plain FP32
+// cores, tf32 or bf16 on tensor cores) on a GPU known by its CUDA device name; 0 when the GPU is
+// not in the table.
+double peak_tflops(const std::string& gpu_name, const std::string& precision);
 
 // Training FLOPs per token of a GPT (forward + backward): 6 per weight that multiplies the
 // token's activations, plus 12 * n_layer * n_embd * seq for the attention scores and the

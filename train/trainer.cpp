@@ -90,6 +90,7 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
     g.norm_reduction = c.kernels.norm_reduction == "grid"     ? NormReduction::grid
                        : c.kernels.norm_reduction == "locked" ? NormReduction::locked
                                                               : NormReduction::automatic;
+    g.compute_dtype = c.train.precision == "bf16" ? DType::bf16 : DType::f32;
     return g;
 }
 
@@ -110,7 +111,7 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
     out.vocab = CharVocab(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
-    set_allow_tf32(out.config.kernels.tf32);
+    set_allow_tf32(out.config.train.precision == "tf32");
     Generator init(0);  // overwritten by the checkpoint
     out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
     load_weights(*out.model, (dir / (best ? "best.safetensors" : "model.safetensors")).string(),
@@ -140,11 +141,11 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
     opt_ = make_optimizer(c, params_);
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
-    set_allow_tf32(c.kernels.tf32);
+    set_allow_tf32(c.train.precision == "tf32");
     flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
                                            c.model.n_layer, c.model.n_embd, data_->sequence_length());
     if (device_ == Device::cuda)
-        peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.kernels.tf32);
+        peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.train.precision);
 
     fs::create_directories(dir_);
     if (!resuming)
@@ -153,6 +154,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
                  ", or set train.out_dir to a new directory");
     write_atomically((fs::path(dir_) / "config.yaml").string(), dump_config(cfg_));
     write_atomically((fs::path(dir_) / "vocab.txt").string(), data_->vocab().chars());
+    for (const std::string& w : c.warnings) log_ << "warning: " << w << "\n";
     log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
          << dump_config(cfg_) << "\n";
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "

@@ -34,14 +34,17 @@ Tensor gelu_backward(const Tensor& x, const Tensor& g) {
     Tensor dx = empty_like(x);
     std::int64_t n = x.numel();
     if (x.is_cuda()) {
-        cuda_backend("gelu").gelu_backward_f32(x.data<float>(), g.data<float>(), dx.data<float>(), n);
+        cuda_backend("gelu").gelu_backward(scalar_type(x.dtype()), x.raw_data(), g.raw_data(),
+                                           dx.raw_data(), n);
     } else {
-        dispatch_float(x.dtype(), [&](auto tag) {
+        Tensor xw = widened(x), gw = widened(g), work = computed_in(dx);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            gelu_backward_cpu<T>(static_cast<const T*>(x.raw_data()),
-                                 static_cast<const T*>(g.raw_data()),
-                                 static_cast<T*>(dx.raw_data()), n);
+            gelu_backward_cpu<T>(static_cast<const T*>(xw.raw_data()),
+                                 static_cast<const T*>(gw.raw_data()),
+                                 static_cast<T*>(work.raw_data()), n);
         });
+        round_into(work, dx);
     }
     return dx;
 }
@@ -59,13 +62,16 @@ Tensor dropout_apply(const Tensor& in, float p, std::uint64_t seed, std::uint64_
     Tensor out = empty_like(in);
     std::int64_t n = in.numel();
     if (in.is_cuda()) {
-        cuda_backend("dropout").dropout_f32(in.data<float>(), out.data<float>(), n, p, seed, offset);
+        cuda_backend("dropout").dropout(scalar_type(in.dtype()), in.raw_data(), out.raw_data(), n,
+                                        p, seed, offset);
     } else {
-        dispatch_float(in.dtype(), [&](auto tag) {
+        Tensor inw = widened(in), work = computed_in(out);
+        dispatch_float(inw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            dropout_cpu<T>(static_cast<const T*>(in.raw_data()), static_cast<T*>(out.raw_data()),
+            dropout_cpu<T>(static_cast<const T*>(inw.raw_data()), static_cast<T*>(work.raw_data()),
                            n, p, seed, offset);
         });
+        round_into(work, out);
     }
     return out;
 }
@@ -78,13 +84,15 @@ Tensor gelu(const Tensor& x) {
     Tensor y = empty_like(x);
     std::int64_t n = x.numel();
     if (x.is_cuda()) {
-        cuda_backend("gelu").gelu_forward_f32(x.data<float>(), y.data<float>(), n);
+        cuda_backend("gelu").gelu_forward(scalar_type(x.dtype()), x.raw_data(), y.raw_data(), n);
     } else {
-        dispatch_float(x.dtype(), [&](auto tag) {
+        Tensor xw = widened(x), work = computed_in(y);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            gelu_forward_cpu<T>(static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()),
-                                n);
+            gelu_forward_cpu<T>(static_cast<const T*>(xw.raw_data()),
+                                static_cast<T*>(work.raw_data()), n);
         });
+        round_into(work, y);
     }
     Tensor saved = x.detach();
     return record("gelu", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {

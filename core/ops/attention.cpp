@@ -8,6 +8,9 @@
 //              dQ = dS K;  dK = dS^T Q
 // Saved between them: qkv (an input), lse (one value per row) and the dropout's (seed, offset).
 // Two (T, T) scratch buffers per call live only inside the forward or the backward.
+// bf16 / f16 qkv: S, dPd and lse stay fp32 (the score GEMMs write fp32, as flash attention keeps
+// its scores in registers), Pd and dS are rounded to qkv's dtype for the GEMMs that read them, so
+// each of those two gets a buffer of its own: S, Pd (then dS) and, in the backward, dPd.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -62,12 +65,13 @@ void probs_cpu(const T* s, T* pd, T* lse, bool compute_lse, const AttentionShape
 }
 
 template <typename T>
-void probs_backward_cpu(T* s, const T* dpd, const T* lse, const AttentionShape& a) {
+void probs_backward_cpu(const T* s, const T* dpd, const T* lse, T* ds, const AttentionShape& a) {
     const T keep_scale = static_cast<T>(1.0f / (1.0f - a.p));
     const T scale = static_cast<T>(a.scale);
     for (std::int64_t r = 0; r < a.rows(); ++r) {
         const std::int64_t visible = r % a.t + 1;
-        T* sr = s + r * a.t;
+        const T* sr = s + r * a.t;
+        T* dr = ds + r * a.t;  // may be sr: element j is read before it is written
         const T* gr = dpd + r * a.t;
         const std::uint64_t base = a.offset + static_cast<std::uint64_t>(r) * a.t;
         auto dp = [&](std::int64_t j) {
@@ -77,36 +81,47 @@ void probs_backward_cpu(T* s, const T* dpd, const T* lse, const AttentionShape& 
         T dot = 0;
         for (std::int64_t j = 0; j < visible; ++j) dot += dp(j) * std::exp(scale * sr[j] - lse[r]);
         for (std::int64_t j = 0; j < a.t; ++j)
-            sr[j] = j < visible ? scale * std::exp(scale * sr[j] - lse[r]) * (dp(j) - dot) : T(0);
+            dr[j] = j < visible ? scale * std::exp(scale * sr[j] - lse[r]) * (dp(j) - dot) : T(0);
     }
 }
 
+// Pd (of pd's dtype) from S (of the accumulate dtype); pd may be s itself when they share a dtype.
 void probs(const Tensor& s, Tensor& pd, Tensor& lse, bool compute_lse, const AttentionShape& a) {
     if (s.is_cuda()) {
         cuda_backend("causal_attention")
-            .attention_probs_f32(s.data<float>(), pd.data<float>(), lse.data<float>(), compute_lse,
-                                 a.rows(), a.t, a.scale, a.p, a.seed, a.offset);
+            .attention_probs(s.data<float>(), scalar_type(pd.dtype()), pd.raw_data(),
+                             lse.data<float>(), compute_lse, a.rows(), a.t, a.scale, a.p, a.seed,
+                             a.offset);
         return;
     }
+    Tensor work = computed_in(pd);
     dispatch_float(s.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        probs_cpu<T>(static_cast<const T*>(s.raw_data()), static_cast<T*>(pd.raw_data()),
+        probs_cpu<T>(static_cast<const T*>(s.raw_data()), static_cast<T*>(work.raw_data()),
                      static_cast<T*>(lse.raw_data()), compute_lse, a);
     });
+    round_into(work, pd);
 }
 
-void probs_backward(Tensor& s, const Tensor& dpd, const Tensor& lse, const AttentionShape& a) {
+// dS (of ds's dtype) from S and dPd (of the accumulate dtype); ds may be s itself.
+void probs_backward(const Tensor& s, const Tensor& dpd, const Tensor& lse, Tensor& ds,
+                    const AttentionShape& a) {
     if (s.is_cuda()) {
         cuda_backend("causal_attention")
-            .attention_probs_backward_f32(s.data<float>(), dpd.data<float>(), lse.data<float>(),
-                                          a.rows(), a.t, a.scale, a.p, a.seed, a.offset);
+            .attention_probs_backward(s.data<float>(), dpd.data<float>(), lse.data<float>(),
+                                      scalar_type(ds.dtype()), ds.raw_data(), a.rows(), a.t,
+                                      a.scale, a.p, a.seed, a.offset);
         return;
     }
+    Tensor work = computed_in(ds);
     dispatch_float(s.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        probs_backward_cpu<T>(static_cast<T*>(s.raw_data()), static_cast<const T*>(dpd.raw_data()),
-                              static_cast<const T*>(lse.raw_data()), a);
+        probs_backward_cpu<T>(static_cast<const T*>(s.raw_data()),
+                              static_cast<const T*>(dpd.raw_data()),
+                              static_cast<const T*>(lse.raw_data()),
+                              static_cast<T*>(work.raw_data()), a);
     });
+    round_into(work, ds);
 }
 
 // The element at `index` of a raw buffer of t's dtype: pointer arithmetic in elements.
@@ -117,10 +132,10 @@ void* at(Tensor& t, std::int64_t index) {
     return static_cast<char*>(t.raw_data()) + index * static_cast<std::int64_t>(dtype_size(t.dtype()));
 }
 
-// S = Q K^T for every head into `s` (heads_total, T, T).
+// S = Q K^T for every head into `s` (heads_total, T, T), of the accumulate dtype.
 void scores(const Tensor& qkv, Tensor& s, const AttentionShape& a) {
     const std::int64_t td = a.t * a.d;
-    gemm_raw(qkv.device(), qkv.dtype(), false, true, a.t, a.t, a.d, at(qkv, 0), td,
+    gemm_raw(qkv.device(), qkv.dtype(), s.dtype(), false, true, a.t, a.t, a.d, at(qkv, 0), td,
              at(qkv, a.qkv_stride()), td, s.raw_data(), a.t * a.t, a.heads_total);
 }
 
@@ -142,37 +157,44 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training) {
         a.seed = gen.seed();
         a.offset = gen.advance_aligned(static_cast<std::uint64_t>(a.rows() * t));
     }
-    Tensor out = Tensor::empty({b, h, t, d}, qkv.dtype(), qkv.device());
-    Tensor lse = Tensor::empty({a.rows()}, qkv.dtype(), qkv.device());
+    const DType dt = qkv.dtype(), acc = accumulate_dtype(dt);
+    const bool half = is_half(dt);
+    Tensor out = Tensor::empty({b, h, t, d}, dt, qkv.device());
+    Tensor lse = Tensor::empty({a.rows()}, acc, qkv.device());
     {
-        Tensor s = Tensor::empty({a.heads_total, t, t}, qkv.dtype(), qkv.device());
+        Tensor s = Tensor::empty({a.heads_total, t, t}, acc, qkv.device());
         scores(qkv, s, a);
-        probs(s, s, lse, true, a);  // in place: S becomes Pd
-        gemm_raw(qkv.device(), qkv.dtype(), false, false, t, d, t, s.raw_data(), t * t,
+        Tensor pd = half ? Tensor::empty({a.heads_total, t, t}, dt, qkv.device()) : s;
+        probs(s, pd, lse, true, a);  // in place when f32: S becomes Pd
+        gemm_raw(qkv.device(), dt, dt, false, false, t, d, t, pd.raw_data(), t * t,
                  at(qkv, 2 * a.qkv_stride()), t * d, out.raw_data(), t * d, a.heads_total);
     }
     Tensor saved = qkv.detach();
     return record(op, {qkv}, out, [saved, lse, a](const Tensor& g) -> std::vector<Tensor> {
         const std::int64_t t = a.t, d = a.d, tt = t * t, td = t * d, n = a.heads_total;
         const Device dev = saved.device();
-        const DType dt = saved.dtype();
+        const DType dt = saved.dtype(), acc = accumulate_dtype(dt);
+        const bool half = is_half(dt);
         Tensor dqkv = Tensor::empty(saved.shape(), dt, dev);
-        Tensor s = Tensor::empty({n, t, t}, dt, dev);
+        Tensor s = Tensor::empty({n, t, t}, acc, dev);
         Tensor pd = Tensor::empty({n, t, t}, dt, dev);
         Tensor lse_copy = lse;  // the lambda's captures are const
         scores(saved, s, a);
         probs(s, pd, lse_copy, false, a);
         // dV = Pd^T dO
-        gemm_raw(dev, dt, true, false, t, d, t, pd.raw_data(), tt, g.raw_data(), td,
+        gemm_raw(dev, dt, dt, true, false, t, d, t, pd.raw_data(), tt, g.raw_data(), td,
                  at(dqkv, 2 * a.qkv_stride()), td, n);
-        // dPd = dO V^T, into Pd's buffer
-        gemm_raw(dev, dt, false, true, t, t, d, g.raw_data(), td, at(saved, 2 * a.qkv_stride()), td,
-                 pd.raw_data(), tt, n);
-        probs_backward(s, pd, lse, a);  // S becomes dS (scale included)
+        // dPd = dO V^T, kept in the accumulate dtype: into Pd's buffer when that is the same
+        Tensor dpd = half ? Tensor::empty({n, t, t}, acc, dev) : pd;
+        gemm_raw(dev, dt, acc, false, true, t, t, d, g.raw_data(), td,
+                 at(saved, 2 * a.qkv_stride()), td, dpd.raw_data(), tt, n);
+        // dS (scale included), the next GEMMs' operand: in S's buffer when f32, else in Pd's
+        Tensor ds = half ? pd : s;
+        probs_backward(s, dpd, lse, ds, a);
         // dQ = dS K;  dK = dS^T Q
-        gemm_raw(dev, dt, false, false, t, d, t, s.raw_data(), tt, at(saved, a.qkv_stride()), td,
-                 at(dqkv, 0), td, n);
-        gemm_raw(dev, dt, true, false, t, d, t, s.raw_data(), tt, at(saved, 0), td,
+        gemm_raw(dev, dt, dt, false, false, t, d, t, ds.raw_data(), tt, at(saved, a.qkv_stride()),
+                 td, at(dqkv, 0), td, n);
+        gemm_raw(dev, dt, dt, true, false, t, d, t, ds.raw_data(), tt, at(saved, 0), td,
                  at(dqkv, a.qkv_stride()), td, n);
         return {dqkv};
     });

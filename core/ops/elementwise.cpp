@@ -72,17 +72,19 @@ Tensor sum_to(const Tensor& g, const Shape& to) {
         if (x.is_cuda()) {
             CudaBackend& cuda = cuda_backend("sum_to");
             Tensor ws = scratch_bytes(x.device(), cuda.column_sum_workspace_bytes(l.outer, l.count));
-            cuda.column_sum_f32(x.data<float>(), l.outer, l.count, out.data<float>(),
-                                ws.raw_data());
+            cuda.column_sum(scalar_type(x.dtype()), x.raw_data(), l.outer, l.count,
+                            out.raw_data(), ws.raw_data());
         } else {
-            dispatch_float(x.dtype(), [&](auto tag) {
+            Tensor xw = widened(x), work = computed_in(out);
+            dispatch_float(xw.dtype(), [&](auto tag) {
                 using T = decltype(tag);
-                const T* src = static_cast<const T*>(x.raw_data());
-                T* dst = static_cast<T*>(out.raw_data());
+                const T* src = static_cast<const T*>(xw.raw_data());
+                T* dst = static_cast<T*>(work.raw_data());
                 for (std::int64_t c = 0; c < l.count; ++c) dst[c] = 0;
                 for (std::int64_t r = 0; r < l.outer; ++r)
                     for (std::int64_t c = 0; c < l.count; ++c) dst[c] += src[r * l.count + c];
             });
+            round_into(work, out);
         }
         x = out;
     }
@@ -147,16 +149,18 @@ void binary_into(const char* op_name, BinaryOp op, const Tensor& a, const Tensor
     BroadcastLayout lb = broadcast_layout(op_name, b.shape(), out.shape());
     std::int64_t n = out.numel();
     if (a.is_cuda()) {
-        cuda_backend(op_name).binary_f32(op, a.data<float>(), {la.count, la.inner},
-                                         b.data<float>(), {lb.count, lb.inner},
-                                         out.data<float>(), n);
+        cuda_backend(op_name).binary(op, scalar_type(a.dtype()), a.raw_data(),
+                                     {la.count, la.inner}, b.raw_data(), {lb.count, lb.inner},
+                                     out.raw_data(), n);
     } else {
-        dispatch_float(a.dtype(), [&](auto tag) {
+        Tensor aw = widened(a), bw = widened(b), work = computed_in(out);
+        dispatch_float(aw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            binary_forward_cpu<T>(op, static_cast<const T*>(a.raw_data()), la,
-                                  static_cast<const T*>(b.raw_data()), lb,
-                                  static_cast<T*>(out.raw_data()), n);
+            binary_forward_cpu<T>(op, static_cast<const T*>(aw.raw_data()), la,
+                                  static_cast<const T*>(bw.raw_data()), lb,
+                                  static_cast<T*>(work.raw_data()), n);
         });
+        round_into(work, out);
     }
 }
 
@@ -220,16 +224,18 @@ Tensor scale(const Tensor& x, double alpha) {
     Tensor out = empty_like(x);
     std::int64_t n = x.numel();
     if (x.is_cuda()) {
-        cuda_backend("scale").scale_f32(x.data<float>(), static_cast<float>(alpha),
-                                        out.data<float>(), n);
+        cuda_backend("scale").scale(scalar_type(x.dtype()), x.raw_data(),
+                                    static_cast<float>(alpha), out.raw_data(), n);
     } else {
-        dispatch_float(x.dtype(), [&](auto tag) {
+        Tensor xw = widened(x), work = computed_in(out);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            const T* src = static_cast<const T*>(x.raw_data());
-            T* dst = static_cast<T*>(out.raw_data());
+            const T* src = static_cast<const T*>(xw.raw_data());
+            T* dst = static_cast<T*>(work.raw_data());
             T a = static_cast<T>(alpha);
             for (std::int64_t i = 0; i < n; ++i) dst[i] = a * src[i];
         });
+        round_into(work, out);
     }
     return record("scale", {x}, out, [alpha](const Tensor& g) -> std::vector<Tensor> {
         return {scale(g, alpha)};
@@ -242,14 +248,16 @@ Tensor rsqrt(const Tensor& x) {
     Tensor y = empty_like(x);
     std::int64_t n = x.numel();
     if (x.is_cuda()) {
-        cuda_backend("rsqrt").rsqrt_f32(x.data<float>(), y.data<float>(), n);
+        cuda_backend("rsqrt").rsqrt(scalar_type(x.dtype()), x.raw_data(), y.raw_data(), n);
     } else {
-        dispatch_float(x.dtype(), [&](auto tag) {
+        Tensor xw = widened(x), work = computed_in(y);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            const T* src = static_cast<const T*>(x.raw_data());
-            T* dst = static_cast<T*>(y.raw_data());
+            const T* src = static_cast<const T*>(xw.raw_data());
+            T* dst = static_cast<T*>(work.raw_data());
             for (std::int64_t i = 0; i < n; ++i) dst[i] = T(1) / std::sqrt(src[i]);
         });
+        round_into(work, y);
     }
     Tensor saved = y.detach();
     return record("rsqrt", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {
@@ -264,15 +272,17 @@ void add_(Tensor& dst, const Tensor& src) {
              " += ", shape_str(src.shape()));
     std::int64_t n = dst.numel();
     if (dst.is_cuda()) {
-        cuda_backend("add_").binary_f32(BinaryOp::add, dst.data<float>(), {n, 1},
-                                        src.data<float>(), {n, 1}, dst.data<float>(), n);
+        cuda_backend("add_").binary(BinaryOp::add, scalar_type(dst.dtype()), dst.raw_data(),
+                                    {n, 1}, src.raw_data(), {n, 1}, dst.raw_data(), n);
     } else {
-        dispatch_float(dst.dtype(), [&](auto tag) {
+        Tensor work = widened(dst), sw = widened(src);
+        dispatch_float(work.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            T* d = static_cast<T*>(dst.raw_data());
-            const T* s = static_cast<const T*>(src.raw_data());
+            T* d = static_cast<T*>(work.raw_data());
+            const T* s = static_cast<const T*>(sw.raw_data());
             for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
         });
+        round_into(work, dst);
     }
 }
 

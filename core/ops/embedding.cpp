@@ -32,16 +32,20 @@ Tensor embedding_backward(const Tensor& ids, const Tensor& g, const Shape& weigh
         Tensor dw = Tensor::empty(weight_shape, g.dtype(), g.device());
         CudaBackend& cuda = cuda_backend("embedding");
         Tensor ws = scratch_bytes(g.device(), cuda.embedding_backward_workspace_bytes(n));
-        cuda.embedding_backward_f32(g.data<float>(), ids.data<std::int32_t>(), n, dim, vocab,
-                                    dw.data<float>(), ws.raw_data());
+        cuda.embedding_backward(scalar_type(g.dtype()), g.raw_data(), ids.data<std::int32_t>(), n,
+                                dim, vocab, dw.raw_data(), ws.raw_data());
         return dw;
     }
-    Tensor dw = Tensor::zeros(weight_shape, g.dtype(), g.device());
-    dispatch_float(g.dtype(), [&](auto tag) {
+    // 16-bit gradients are summed in f32 and rounded once, as the kernel does.
+    Tensor dw = Tensor::empty(weight_shape, g.dtype(), g.device());
+    Tensor gw = widened(g), work = Tensor::zeros(weight_shape, gw.dtype(), g.device());
+    dispatch_float(gw.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        embedding_backward_cpu<T>(static_cast<const T*>(g.raw_data()), ids.data<std::int32_t>(), n,
-                                  dim, static_cast<T*>(dw.raw_data()));
+        embedding_backward_cpu<T>(static_cast<const T*>(gw.raw_data()), ids.data<std::int32_t>(),
+                                  n, dim, static_cast<T*>(work.raw_data()));
     });
+    if (!is_half(g.dtype())) return work;
+    round_into(work, dw);
     return dw;
 }
 
@@ -60,15 +64,18 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
     out_shape.push_back(dim);
     Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
     if (weight.is_cuda()) {
-        cuda_backend(op).embedding_forward_f32(weight.data<float>(), ids.data<std::int32_t>(), n,
-                                               dim, vocab, out.data<float>());
+        cuda_backend(op).embedding_forward(scalar_type(weight.dtype()), weight.raw_data(),
+                                           ids.data<std::int32_t>(), n, dim, vocab,
+                                           out.raw_data());
     } else {
-        dispatch_float(weight.dtype(), [&](auto tag) {
+        Tensor ww = widened(weight), work = computed_in(out);  // a 16-bit row is copied exactly
+        dispatch_float(ww.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            embedding_forward_cpu<T>(static_cast<const T*>(weight.raw_data()),
+            embedding_forward_cpu<T>(static_cast<const T*>(ww.raw_data()),
                                      ids.data<std::int32_t>(), n, dim, vocab,
-                                     static_cast<T*>(out.raw_data()));
+                                     static_cast<T*>(work.raw_data()));
         });
+        round_into(work, out);
     }
     Tensor saved_ids = ids.detach();
     Shape weight_shape = weight.shape();

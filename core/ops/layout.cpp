@@ -85,7 +85,20 @@ Tensor permute_raw(const Tensor& x, const std::vector<int>& order) {
     return out;
 }
 
-// Not recorded: dtype conversion on the tensor's device.
+// Not recorded: a copy on another device.
+Tensor move_raw(const Tensor& x, Device device) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+    if (device == Device::cuda)
+        cuda_backend("to").copy_host_to_device(out.raw_data(), x.raw_data(), x.nbytes());
+    else
+        cuda_backend("to").copy_device_to_host(out.raw_data(), x.raw_data(), x.nbytes());
+    return out;
+}
+
+}  // namespace
+
+namespace ops_detail {
+
 Tensor cast_raw(const Tensor& x, DType dtype) {
     Tensor out = Tensor::empty(x.shape(), dtype, x.device());
     std::int64_t n = x.numel();
@@ -117,17 +130,26 @@ Tensor cast_raw(const Tensor& x, DType dtype) {
     return out;
 }
 
-// Not recorded: a copy on another device.
-Tensor move_raw(const Tensor& x, Device device) {
-    Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
-    if (device == Device::cuda)
-        cuda_backend("to").copy_host_to_device(out.raw_data(), x.raw_data(), x.nbytes());
-    else
-        cuda_backend("to").copy_device_to_host(out.raw_data(), x.raw_data(), x.nbytes());
-    return out;
+Tensor widened(const Tensor& x) {
+    return x.defined() && is_half(x.dtype()) ? cast_raw(x, DType::f32) : x;
 }
 
-}  // namespace
+Tensor computed_in(const Tensor& y) {
+    return y.defined() && is_half(y.dtype()) ? Tensor::empty(y.shape(), DType::f32, y.device()) : y;
+}
+
+void round_into(const Tensor& work, const Tensor& y) {
+    if (!y.defined() || work.impl() == y.impl()) return;
+    FG_ASSERT(work.numel() == y.numel() && work.dtype() == DType::f32 && !y.is_cuda(),
+              "round_into needs an f32 CPU tensor of y's size");
+    const float* src = work.data<float>();
+    auto* dst = static_cast<std::uint16_t*>(y.raw_data());
+    const bool bf16 = y.dtype() == DType::bf16;
+    for (std::int64_t i = 0; i < y.numel(); ++i)
+        dst[i] = bf16 ? half::float_to_bf16(src[i]) : half::float_to_f16(src[i]);
+}
+
+}  // namespace ops_detail
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
     check_defined("reshape", x, "input");

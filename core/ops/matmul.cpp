@@ -7,6 +7,10 @@
 // When B is 2-D and A batched (a Linear layer), dB sums over the batch: one GEMM on A flattened.
 #include <cblas.h>
 
+#include <vector>
+
+#include "kernels/half.h"
+
 #include "op_utils.h"
 
 namespace fg {
@@ -69,6 +73,21 @@ void gemm_cpu(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
                     (int)n);
 }
 
+// count 16-bit values from raw host memory, widened to float.
+std::vector<float> widen_raw(const void* src, DType dtype, std::int64_t count) {
+    const auto* bits = static_cast<const std::uint16_t*>(src);
+    std::vector<float> out(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i)
+        out[i] = dtype == DType::bf16 ? half::bf16_to_float(bits[i]) : half::f16_to_float(bits[i]);
+    return out;
+}
+
+// count floats rounded into 16-bit host memory.
+void round_raw(const float* src, DType dtype, std::uint16_t* dst, std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i)
+        dst[i] = dtype == DType::bf16 ? half::float_to_bf16(src[i]) : half::float_to_f16(src[i]);
+}
+
 // op(a) @ op(b), not recorded.
 Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     GemmShape s = gemm_shape(a, b, ta, tb);
@@ -76,8 +95,8 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     if (s.k == 0) {  // empty inner dimension: the sum of nothing
         return Tensor::zeros(s.out_shape, a.dtype(), a.device());
     }
-    gemm_raw(a.device(), a.dtype(), ta, tb, s.m, s.n, s.k, a.raw_data(), s.stride_a, b.raw_data(),
-             s.stride_b, c.raw_data(), s.m * s.n, s.batch);
+    gemm_raw(a.device(), a.dtype(), a.dtype(), ta, tb, s.m, s.n, s.k, a.raw_data(), s.stride_a,
+             b.raw_data(), s.stride_b, c.raw_data(), s.m * s.n, s.batch);
     return c;
 }
 
@@ -85,19 +104,38 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 
 namespace ops_detail {
 
-void gemm_raw(Device device, DType dtype, bool ta, bool tb, std::int64_t m, std::int64_t n,
-              std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
+void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, std::int64_t m,
+              std::int64_t n, std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
               std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch) {
+    FG_ASSERT(c_dtype == ab_dtype || (is_half(ab_dtype) && c_dtype == DType::f32),
+              "gemm_raw: ", dtype_name(ab_dtype), " inputs cannot write ", dtype_name(c_dtype));
     if (batch == 0 || m == 0 || n == 0) return;
     if (device == Device::cuda) {
         CudaBackend& cuda = cuda_backend("matmul");
         cuda.set_tf32(g_allow_tf32);
-        cuda.gemm_f32(ta, tb, m, n, k, 1.0f, static_cast<const float*>(a), stride_a,
-                      static_cast<const float*>(b), stride_b, 0.0f, static_cast<float*>(c),
-                      stride_c, batch);
+        cuda.gemm(scalar_type(ab_dtype), scalar_type(c_dtype), ta, tb, m, n, k, 1.0f, a, stride_a,
+                  b, stride_b, 0.0f, c, stride_c, batch);
         return;
     }
-    dispatch_float(dtype, [&](auto tag) {
+    if (is_half(ab_dtype)) {
+        // 16-bit inputs on the CPU: widened to float, multiplied in f32, rounded once if C is 16-bit.
+        auto extent = [batch](std::int64_t stride, std::int64_t size) {
+            return stride == 0 ? size : (batch - 1) * stride + size;
+        };
+        std::vector<float> wa = widen_raw(a, ab_dtype, extent(stride_a, m * k));
+        std::vector<float> wb = widen_raw(b, ab_dtype, extent(stride_b, k * n));
+        std::vector<float> wc(static_cast<std::size_t>(extent(stride_c, m * n)));
+        float* out = c_dtype == DType::f32 ? static_cast<float*>(c) : wc.data();
+        for (std::int64_t i = 0; i < batch; ++i)
+            gemm_cpu<float>(ta, tb, m, n, k, wa.data() + i * stride_a, wb.data() + i * stride_b,
+                            out + i * stride_c);
+        if (c_dtype != DType::f32)
+            for (std::int64_t i = 0; i < batch; ++i)
+                round_raw(wc.data() + i * stride_c, c_dtype,
+                          static_cast<std::uint16_t*>(c) + i * stride_c, m * n);
+        return;
+    }
+    dispatch_float(ab_dtype, [&](auto tag) {
         using T = decltype(tag);
         const T* pa = static_cast<const T*>(a);
         const T* pb = static_cast<const T*>(b);

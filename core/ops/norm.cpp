@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/half.h"
 #include "op_utils.h"
 
 namespace fg {
@@ -20,15 +21,26 @@ const char* op_name(NormKind kind) { return kind == NormKind::rms ? "rmsnorm" : 
 
 // ---- CPU reference -------------------------------------------------------------------------
 
+// x + residual as the kernels store h: rounded to the storage dtype (16-bit x is widened here).
+template <typename T>
+T residual_sum(T a, T b, DType storage) {
+    T sum = a + b;
+    const float f = static_cast<float>(sum);
+    if (storage == DType::bf16) return static_cast<T>(half::bf16_to_float(half::float_to_bf16(f)));
+    if (storage == DType::f16) return static_cast<T>(half::f16_to_float(half::float_to_f16(f)));
+    return sum;
+}
+
 template <typename T>
 void norm_forward_cpu(NormKind kind, const T* x, const T* residual, T* h_out, const T* w,
                       const T* b, bool zc, double eps, std::int64_t rows, std::int64_t cols, T* y,
-                      T* mean_out, T* rstd_out) {
+                      T* mean_out, T* rstd_out, DType storage) {
     std::vector<double> v(cols);
     for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t base = r * cols;
         for (std::int64_t c = 0; c < cols; ++c) {
-            T value = residual ? static_cast<T>(x[base + c] + residual[base + c]) : x[base + c];
+            T value = residual ? residual_sum(x[base + c], residual[base + c], storage)
+                               : x[base + c];
             if (residual) h_out[base + c] = value;
             v[c] = value;
         }
@@ -96,12 +108,7 @@ void check_inputs(NormKind kind, const Tensor& x, const Tensor& residual, const 
     FG_CHECK(x.dim() >= 1 && x.size(-1) >= 1, op, "input needs a non-empty last dim, got shape ",
              shape_str(x.shape()));
     FG_CHECK(std::isfinite(opt.eps) && opt.eps > 0.0, op, "eps must be > 0, got ", opt.eps);
-    if (x.is_cuda())
-        FG_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16,
-                 op, "CUDA input must be f32, bf16 or f16, got ", dtype_name(x.dtype()));
-    else
-        FG_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, op,
-                 "CPU input must be f32 or f64, got ", dtype_name(x.dtype()));
+    check_arithmetic_dtype(op, x);
     std::int64_t n = x.size(-1);
     for (const Tensor* p : {&weight, &bias}) {
         if (!p->defined()) continue;
@@ -194,22 +201,25 @@ private:
     }
 
     void backward_cpu(const Tensor& gy, const Tensor& gh, Tensor& dx, Tensor& dw, Tensor& db) {
-        DType xt = input_.dtype();
-        // The reference computes in x's dtype; an f32 weight with f64 x is cast for it and back.
-        Tensor w = weight_.defined() ? cast(weight_, xt) : Tensor();
-        Tensor dw_x = dw.defined() ? Tensor::empty({cols()}, xt) : Tensor();
-        Tensor db_x = db.defined() ? Tensor::empty({cols()}, xt) : Tensor();
-        dispatch_float(xt, [&](auto tag) {
+        // The reference computes in x's accumulate dtype (f64 for f64, else f32: 16-bit tensors
+        // are widened); a weight of another dtype is converted for it, dw and db back.
+        DType ct = accumulate_dtype(input_.dtype());
+        Tensor x = widened(input_), gyw = widened(gy), ghw = widened(gh), work = computed_in(dx);
+        Tensor w = weight_.defined() ? cast_raw(weight_, ct) : Tensor();
+        Tensor dw_x = dw.defined() ? Tensor::empty({cols()}, ct) : Tensor();
+        Tensor db_x = db.defined() ? Tensor::empty({cols()}, ct) : Tensor();
+        dispatch_float(ct, [&](auto tag) {
             using T = decltype(tag);
-            norm_backward_cpu<T>(kind_, ptr_or_null<T>(input_), ptr_or_null<T>(gy),
-                                 ptr_or_null<T>(gh), ptr_or_null<T>(w), opt_.zero_centered,
+            norm_backward_cpu<T>(kind_, ptr_or_null<T>(x), ptr_or_null<T>(gyw),
+                                 ptr_or_null<T>(ghw), ptr_or_null<T>(w), opt_.zero_centered,
                                  ptr_or_null<T>(mean_), ptr_or_null<T>(rstd_), rows(), cols(),
-                                 static_cast<T*>(dx.raw_data()),
+                                 static_cast<T*>(work.raw_data()),
                                  dw_x.defined() ? static_cast<T*>(dw_x.raw_data()) : nullptr,
                                  db_x.defined() ? static_cast<T*>(db_x.raw_data()) : nullptr);
         });
-        if (dw.defined()) dw = cast(dw_x, dw.dtype());
-        if (db.defined()) db = cast(db_x, db.dtype());
+        round_into(work, dx);
+        if (dw.defined()) dw = cast_raw(dw_x, dw.dtype());
+        if (db.defined()) db = cast_raw(db_x, db.dtype());
     }
 
     NormKind kind_;
@@ -258,22 +268,28 @@ NormResidualResult norm_forward(NormKind kind, const Tensor& x, const Tensor& re
         a.rstd = rstd.defined() ? rstd.data<float>() : nullptr;
         cuda_backend(op_name(kind)).norm_forward(a);
     } else {
-        DType xt = x.dtype();
+        // Computed in x's accumulate dtype (16-bit x widened to f32; statistics f32), weights
+        // converted to it; y and h rounded once to x's dtype.
+        DType ct = accumulate_dtype(x.dtype());
         if (grad) {
-            rstd = Tensor::empty({rows}, xt);
-            if (kind == NormKind::layer) mean = Tensor::empty({rows}, xt);
+            rstd = Tensor::empty({rows}, ct);
+            if (kind == NormKind::layer) mean = Tensor::empty({rows}, ct);
         }
-        Tensor w = weight.defined() ? cast(weight, xt) : Tensor();
-        Tensor b = bias.defined() ? cast(bias, xt) : Tensor();
-        dispatch_float(xt, [&](auto tag) {
+        Tensor xw = widened(x), rw = widened(residual), yw = computed_in(y), hw = computed_in(h);
+        Tensor w = weight.defined() ? cast_raw(weight, ct) : Tensor();
+        Tensor b = bias.defined() ? cast_raw(bias, ct) : Tensor();
+        dispatch_float(ct, [&](auto tag) {
             using T = decltype(tag);
-            norm_forward_cpu<T>(kind, ptr_or_null<T>(x), ptr_or_null<T>(residual),
-                                h.defined() ? static_cast<T*>(h.raw_data()) : nullptr,
+            norm_forward_cpu<T>(kind, ptr_or_null<T>(xw), ptr_or_null<T>(rw),
+                                hw.defined() ? static_cast<T*>(hw.raw_data()) : nullptr,
                                 ptr_or_null<T>(w), ptr_or_null<T>(b), opt.zero_centered, opt.eps,
-                                rows, cols, static_cast<T*>(y.raw_data()),
+                                rows, cols, static_cast<T*>(yw.raw_data()),
                                 mean.defined() ? static_cast<T*>(mean.raw_data()) : nullptr,
-                                rstd.defined() ? static_cast<T*>(rstd.raw_data()) : nullptr);
+                                rstd.defined() ? static_cast<T*>(rstd.raw_data()) : nullptr,
+                                x.dtype());
         });
+        round_into(yw, y);
+        round_into(hw, h);
     }
     if (grad) {
         Tensor saved_input = (residual.defined() ? h : x).detach();

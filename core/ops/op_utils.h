@@ -1,6 +1,6 @@
 // core/ops/op_utils.h: helpers shared by the op files: input checks with uniform messages,
-// dtype dispatch for the CPU references, scratch buffers, and the broadcast helpers that the
-// elementwise ops and their backwards share. Internal to core/ops.
+// dtype dispatch for the CPU references (and how they run on 16-bit floats), scratch buffers, and
+// the broadcast helpers that the elementwise ops and their backwards share. Internal to core/ops.
 #pragma once
 
 #include <utility>
@@ -26,22 +26,40 @@ inline void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
              " and ", dtype_name(b.dtype()), " (cast one with .to(dtype))");
 }
 
-// Arithmetic ops: f32 or f64 on the CPU, f32 on CUDA.
+// 16-bit floats: stored in 16 bits, computed in float on both devices.
+inline bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+// What sums and statistics of a dtype's values are kept in: f64 for f64, f32 for the rest.
+inline DType accumulate_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+inline kernels::ScalarType scalar_type(DType t) { return static_cast<kernels::ScalarType>(t); }
+
+// Arithmetic ops: f32, bf16 or f16 on both devices, and f64 on the CPU (gradient checks).
 inline void check_arithmetic_dtype(const char* op, const Tensor& t) {
     if (t.is_cuda())
-        FG_CHECK(t.dtype() == DType::f32, op, "CUDA tensors must be f32, got ",
-                 dtype_name(t.dtype()));
+        FG_CHECK(t.dtype() == DType::f32 || is_half(t.dtype()), op,
+                 "CUDA tensors must be f32, bf16 or f16, got ", dtype_name(t.dtype()));
     else
-        FG_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op,
-                 "CPU tensors must be f32 or f64, got ", dtype_name(t.dtype()));
+        FG_CHECK(is_floating(t.dtype()), op, "CPU tensors must be f32, f64, bf16 or f16, got ",
+                 dtype_name(t.dtype()));
 }
 
-// Calls f(T{}) with T = float or double, matching the tensor's dtype (checked before).
+// Calls f(T{}) with T = float or double, matching the dtype (checked before; the CPU references
+// see 16-bit tensors only through widened()).
 template <typename F>
 void dispatch_float(DType t, F&& f) {
     if (t == DType::f64) f(double{});
     else f(float{});
 }
+
+// The CPU references are written for f32 and f64. On a CPU tensor of 16-bit floats they run in
+// float, as a kernel does: inputs widened once, outputs computed in f32 and rounded once.
+//   widened(x):          x as f32 (a converted copy) when it is 16-bit, else x itself
+//   computed_in(y):      where to compute output y: a new f32 tensor when y is 16-bit, else y
+//   round_into(work, y): stores work into y, rounding (nothing when work is y)
+Tensor widened(const Tensor& x);
+Tensor computed_in(const Tensor& y);
+void round_into(const Tensor& work, const Tensor& y);
+// Not recorded: a converted copy of x on its device.
+Tensor cast_raw(const Tensor& x, DType dtype);
 
 inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
 
@@ -66,10 +84,12 @@ Tensor sum_to(const Tensor& g, const Shape& to);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 
 // Not recorded: C[i] = op(A[i]) @ op(B[i]) for i < batch on raw row-major buffers (strides in
-// elements between batch entries): cuBLAS on CUDA (f32, TF32 when allowed), CBLAS on the CPU (f32
-// or f64). The same conventions as kernels/matmul.h with alpha = 1, beta = 0.
-void gemm_raw(Device device, DType dtype, bool ta, bool tb, std::int64_t m, std::int64_t n,
-              std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
+// elements between batch entries), A and B of ab_dtype, C of c_dtype (ab_dtype, or f32 for 16-bit
+// inputs): cuBLAS on CUDA (TF32 for f32 when allowed; tensor cores for bf16/f16), CBLAS on the CPU
+// (16-bit inputs widened to float). Products accumulate in fp32 (f64 for f64). The same
+// conventions as kernels/matmul.h with alpha = 1, beta = 0.
+void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, std::int64_t m,
+              std::int64_t n, std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
               std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch);
 
 }  // namespace fg::ops_detail

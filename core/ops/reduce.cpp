@@ -1,7 +1,8 @@
 // core/ops/reduce.cpp: sum and mean over everything or over the last dim.
 //   s = sum_i x_i:          dx_i = g              (g broadcast back to x's shape)
 //   s_r = sum_c x[r, c]:    dx[r, c] = g_r
-// Means scale by 1/N both ways. CPU references accumulate in double for f32 inputs.
+// Means scale by 1/N both ways. CPU references accumulate in double for f32 inputs; 16-bit inputs
+// sum in fp32 on the GPU and in double on the CPU, and round once to their dtype.
 #include "op_utils.h"
 
 namespace fg {
@@ -23,23 +24,26 @@ Tensor row_sum(const Tensor& x, std::int64_t rows, std::int64_t cols, double alp
                const Shape& out_shape) {
     Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
     if (x.is_cuda()) {
+        const kernels::ScalarType type = scalar_type(x.dtype());
         if (cols == 0) {
             cuda_backend("sum").memset(out.raw_data(), 0, out.nbytes());
         } else if (rows == 1) {  // one long row: the two-stage total sum is far wider
             CudaBackend& cuda = cuda_backend("sum");
             Tensor ws = scratch_bytes(x.device(), cuda.total_sum_workspace_bytes(cols));
-            cuda.total_sum_f32(x.data<float>(), cols, static_cast<float>(alpha), out.data<float>(),
-                               ws.raw_data());
+            cuda.total_sum(type, x.raw_data(), cols, static_cast<float>(alpha), out.raw_data(),
+                           ws.raw_data());
         } else {
-            cuda_backend("sum").row_sum_f32(x.data<float>(), rows, cols, static_cast<float>(alpha),
-                                            out.data<float>());
+            cuda_backend("sum").row_sum(type, x.raw_data(), rows, cols, static_cast<float>(alpha),
+                                        out.raw_data());
         }
     } else {
-        dispatch_float(x.dtype(), [&](auto tag) {
+        Tensor xw = widened(x), work = computed_in(out);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            row_sum_cpu<T>(static_cast<const T*>(x.raw_data()), rows, cols, alpha,
-                           static_cast<T*>(out.raw_data()));
+            row_sum_cpu<T>(static_cast<const T*>(xw.raw_data()), rows, cols, alpha,
+                           static_cast<T*>(work.raw_data()));
         });
+        round_into(work, out);
     }
     return out;
 }

@@ -40,20 +40,23 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g) {
     Tensor dx = empty_like(y);
     std::int64_t cols = y.size(-1), rows = cols ? y.numel() / cols : 0;
     if (y.is_cuda()) {
-        cuda_backend("softmax").softmax_backward_f32(y.data<float>(), g.data<float>(), rows, cols,
-                                                     dx.data<float>());
+        cuda_backend("softmax").softmax_backward(scalar_type(y.dtype()), y.raw_data(),
+                                                 g.raw_data(), rows, cols, dx.raw_data());
     } else {
-        dispatch_float(y.dtype(), [&](auto tag) {
+        Tensor yw = widened(y), gw = widened(g), work = computed_in(dx);
+        dispatch_float(yw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            softmax_backward_cpu<T>(static_cast<const T*>(y.raw_data()),
-                                    static_cast<const T*>(g.raw_data()), rows, cols,
-                                    static_cast<T*>(dx.raw_data()));
+            softmax_backward_cpu<T>(static_cast<const T*>(yw.raw_data()),
+                                    static_cast<const T*>(gw.raw_data()), rows, cols,
+                                    static_cast<T*>(work.raw_data()));
         });
+        round_into(work, dx);
     }
     return dx;
 }
 
-// What the cross-entropy forward keeps for its backward.
+// What the cross-entropy forward keeps for its backward. The statistics (and the loss) are kept
+// in the logits' accumulate dtype: f32 for f32 and 16-bit logits, f64 for f64.
 struct CrossEntropySaved {
     Tensor logits, targets;
     Tensor row_lse;    // (R) log-sum-exp of each row
@@ -99,20 +102,22 @@ Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& g) {
     Tensor dx = empty_like(s.logits);
     std::int64_t cols = s.logits.size(-1), rows = s.targets.numel();
     if (dx.is_cuda()) {
-        cuda_backend("cross_entropy").cross_entropy_backward_f32(
-            s.logits.data<float>(), s.targets.data<std::int32_t>(), s.row_lse.data<float>(),
-            s.inv_count.data<float>(), g.data<float>(), rows, cols, s.ignore_index,
-            dx.data<float>());
+        cuda_backend("cross_entropy").cross_entropy_backward(
+            scalar_type(dx.dtype()), s.logits.raw_data(), s.targets.data<std::int32_t>(),
+            s.row_lse.data<float>(), s.inv_count.data<float>(), g.data<float>(), rows, cols,
+            s.ignore_index, dx.raw_data());
     } else {
-        dispatch_float(dx.dtype(), [&](auto tag) {
+        Tensor xw = widened(s.logits), work = computed_in(dx);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
             cross_entropy_backward_cpu<T>(
-                static_cast<const T*>(s.logits.raw_data()), s.targets.data<std::int32_t>(),
+                static_cast<const T*>(xw.raw_data()), s.targets.data<std::int32_t>(),
                 static_cast<const T*>(s.row_lse.raw_data()),
                 static_cast<const T*>(s.inv_count.raw_data())[0],
                 static_cast<const T*>(g.raw_data())[0], rows, cols, s.ignore_index,
-                static_cast<T*>(dx.raw_data()));
+                static_cast<T*>(work.raw_data()));
         });
+        round_into(work, dx);
     }
     return dx;
 }
@@ -131,14 +136,16 @@ Tensor softmax(const Tensor& x, bool causal) {
              shape_str(x.shape()));
     Tensor y = empty_like(x);
     if (x.is_cuda()) {
-        cuda_backend("softmax").softmax_forward_f32(x.data<float>(), rows, cols, q_len,
-                                                    y.data<float>());
+        cuda_backend("softmax").softmax_forward(scalar_type(x.dtype()), x.raw_data(), rows, cols,
+                                                q_len, y.raw_data());
     } else {
-        dispatch_float(x.dtype(), [&](auto tag) {
+        Tensor xw = widened(x), work = computed_in(y);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            softmax_forward_cpu<T>(static_cast<const T*>(x.raw_data()), rows, cols, q_len,
-                                   static_cast<T*>(y.raw_data()));
+            softmax_forward_cpu<T>(static_cast<const T*>(xw.raw_data()), rows, cols, q_len,
+                                   static_cast<T*>(work.raw_data()));
         });
+        round_into(work, y);
     }
     Tensor saved = y.detach();
     return record("softmax", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {
@@ -160,20 +167,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
     FG_CHECK(targets.shape() == lead, op, "targets have shape ", shape_str(targets.shape()),
              ", logits ", shape_str(logits.shape()), " need targets of shape ", shape_str(lead));
     std::int64_t cols = logits.size(-1), rows = targets.numel();
+    const DType acc = accumulate_dtype(logits.dtype());  // of the loss and the statistics
     CrossEntropySaved s{logits.detach(), targets.detach(),
-                        Tensor::empty({rows}, logits.dtype(), logits.device()),
-                        Tensor::empty({}, logits.dtype(), logits.device()), ignore_index};
-    Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
+                        Tensor::empty({rows}, acc, logits.device()),
+                        Tensor::empty({}, acc, logits.device()), ignore_index};
+    Tensor loss = Tensor::empty({}, acc, logits.device());
     if (logits.is_cuda()) {
         Tensor row_loss = Tensor::empty({rows}, DType::f32, logits.device());
-        cuda_backend(op).cross_entropy_forward_f32(
-            logits.data<float>(), targets.data<std::int32_t>(), rows, cols, ignore_index,
-            s.row_lse.data<float>(), row_loss.data<float>(), loss.data<float>(),
-            s.inv_count.data<float>());
+        cuda_backend(op).cross_entropy_forward(
+            scalar_type(logits.dtype()), logits.raw_data(), targets.data<std::int32_t>(), rows,
+            cols, ignore_index, s.row_lse.data<float>(), row_loss.data<float>(),
+            loss.data<float>(), s.inv_count.data<float>());
     } else {
-        dispatch_float(logits.dtype(), [&](auto tag) {
+        Tensor xw = widened(logits);
+        dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
-            cross_entropy_forward_cpu<T>(static_cast<const T*>(logits.raw_data()),
+            cross_entropy_forward_cpu<T>(static_cast<const T*>(xw.raw_data()),
                                          targets.data<std::int32_t>(), rows, cols, ignore_index,
                                          static_cast<T*>(s.row_lse.raw_data()),
                                          static_cast<T*>(loss.raw_data()),
