@@ -6,7 +6,9 @@
 //                        every parameter's gradient (grad.NAME, before clipping), each step's
 //                        loss and gradient norm, and every parameter after the 3 AdamW steps
 //                        with clipping and the learning-rate schedule (after.NAME); the
-//                        metadata holds the config values the reference needs.
+//                        metadata holds the config values the reference needs, train.precision
+//                        among them (with train.precision=bf16 the logits are stored in BF16,
+//                        the loss, gradients and parameters in F32, as the model holds them).
 // tests/parity/check_parity.py runs this and compares with PyTorch.
 // usage: fg_parity_dump CONFIG.yaml OUT_DIR cpu|cuda [key.path=value]...
 #include <cstdio>
@@ -42,7 +44,9 @@ int dump(int argc, char** argv) {
     overrides.push_back("train.device=" + device_name_arg);
     Config cfg = load_config(argv[1], overrides);
     const Device device = resolve_device(cfg.train.device);
-    set_allow_tf32(false);  // parity is judged in plain fp32
+    // As the trainer does: TF32 GEMMs only for train.precision tf32. fp32 is judged in plain fp32;
+    // under bf16 the GEMMs take bf16 inputs, and any f32 one stays plain fp32 (PyTorch's default).
+    set_allow_tf32(cfg.train.precision == "tf32");
     std::filesystem::create_directories(out_dir);
 
     std::unique_ptr<Dataset> data = make_dataset(cfg);
@@ -77,6 +81,7 @@ int dump(int argc, char** argv) {
         {"beta2", str(cfg.optim.beta2)},
         {"grad_clip", str(cfg.optim.grad_clip)},
         {"device", device_name(device)},
+        {"precision", cfg.train.precision},
     };
     const int kSteps = 3;
     for (int step = 0; step < kSteps; ++step) {
