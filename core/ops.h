@@ -1,8 +1,10 @@
 // core/ops.h: every differentiable operation fusegrad has. Each family lives in one file under
 // core/ops/ with its forward, its backward and its plain CPU reference; on CUDA tensors it calls a
-// kernel through the seam (cuda_backend.h). CPU ops take f32 or f64; CUDA ops take f32 (the norm
-// kernels add bf16/f16). Shape letters: B batch, T time, C channels, H heads, D head size,
-// V vocabulary, M/N/K matrix sizes.
+// kernel through the seam (cuda_backend.h). Ops take f32, bf16 or f16 on both devices (16-bit
+// values are computed in float and rounded once; sums and statistics are fp32) and f64 on the
+// CPU; an op's result has its inputs' dtype, except cross_entropy, whose loss is f32 for 16-bit
+// logits. Shape letters: B batch, T time, C channels, H heads, D head size, V vocabulary, M/N/K
+// matrix sizes.
 #pragma once
 
 #include <cstdint>
@@ -86,8 +88,8 @@ struct NormOptions {
     bool zero_centered = false;  // scale by (1 + w): the weight is stored as its offset from 1
     NormReduction reduction = NormReduction::automatic;
 };
-// Over the last dim N of x (..., N). weight and bias: (N) or undefined (none). On CUDA, x is f32,
-// bf16 or f16 and weight/bias f32 or x's dtype; on the CPU (the reference), f32 or f64.
+// Over the last dim N of x (..., N). weight and bias: (N) or undefined (none). x is f32, bf16 or
+// f16 (or f64 on the CPU, the reference), weight and bias f32 or x's dtype.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                 const NormOptions& options = {});
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
