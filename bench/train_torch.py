@@ -6,8 +6,9 @@ fusegrad's run and PyTorch's can be compared in the same GPU call: step time, to
 memory and the loss curves. Writes OUT_DIR/metrics.jsonl in fusegrad's format (so `fusegrad plot`
 draws both) and OUT_DIR/summary.json.
 
-Precision modes: fp32 (fp32 weights and activations, TF32 matmuls: what fusegrad runs with
-kernels.tf32), bf16 (autocast), each eager or with --compile.
+Precision modes: fp32 (fp32 weights and activations, TF32 matmuls: fusegrad's train.precision
+tf32), bf16 (fp32 weights, bf16 autocast, fused AdamW: fusegrad's train.precision bf16), each
+eager or with --compile.
 
 usage: train_torch.py CONFIG.yaml OUT_DIR [--mode fp32|bf16] [--compile] [--steps N]
                       [--data PATH] [--eval-iters N] [--seed S]
