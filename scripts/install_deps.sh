@@ -4,7 +4,8 @@
 # /usr/local/cuda) the kernels are built too.
 set -euo pipefail
 # With --tests, also python3-torch: the PyTorch parity test (tests/parity) runs with it.
-packages=(cmake g++ ninja-build pkg-config libyaml-cpp-dev catch2 libopenblas-dev nlohmann-json3-dev)
+packages=(cmake g++ ninja-build pkg-config libyaml-cpp-dev catch2 libopenblas-dev nlohmann-json3-dev
+    libxxhash-dev)
 if [ "${1:-}" = "--tests" ]; then
     packages+=(python3-torch)
 fi

@@ -7,8 +7,8 @@ root=$(git rev-parse --show-toplevel)
 cd "$root"
 bash ../shared/device/prepare.sh
 cd .gpu/debs
-if ! ls nlohmann-json3-dev_*.deb >/dev/null 2>&1; then
+if ! ls libxxhash-dev_*.deb >/dev/null 2>&1; then
     apt-get download libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev \
-        libopenblas0 libgfortran5 libquadmath0 nlohmann-json3-dev >/dev/null
+        libopenblas0 libgfortran5 libquadmath0 nlohmann-json3-dev libxxhash-dev >/dev/null
 fi
 ls -1

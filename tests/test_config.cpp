@@ -144,3 +144,52 @@ TEST_CASE("the shipped configs load and list every key with a comment", "[config
     CHECK(s.optim.grad_clip == 1.0);
     CHECK(s.data.kind == "text");
 }
+
+TEST_CASE("the saved config reads back exactly, whatever the values", "[config]") {
+    Config c;
+    c.optim.lr = 0.00123456789;
+    c.optim.beta2 = 0.9999999;
+    c.optim.min_lr = 1e-300;
+    c.optim.weight_decay = 1.0 / 3.0;
+    c.data.val_fraction = 0.1 + 0.2;  // 0.30000000000000004
+    c.model.dropout = 5e-324;         // the smallest subnormal
+    c.train.precision = "bf16";
+    Config back = parse_config(dump_config(c), "dump.yaml");
+    CHECK(back.optim.lr == c.optim.lr);
+    CHECK(back.optim.beta2 == c.optim.beta2);
+    CHECK(back.optim.min_lr == c.optim.min_lr);
+    CHECK(back.optim.weight_decay == c.optim.weight_decay);
+    CHECK(back.data.val_fraction == c.data.val_fraction);
+    CHECK(back.model.dropout == c.model.dropout);
+    CHECK(back.train.precision == "bf16");
+    CHECK(dump_config(back) == dump_config(c));
+    for (const std::string& s :
+         {std::string(""), std::string("runs/it's \"quoted\": #not a comment"),
+          std::string("C:\\tmp\\t.txt"), std::string("tab\there, newline\nthere"),
+          std::string("null"), std::string("~"), std::string("true"), std::string("123"),
+          std::string("1e3"), std::string(" leading and trailing "), std::string("- dash"),
+          std::string("[list]"), std::string("{map: 1}"), std::string("*alias"),
+          std::string("&anchor"), std::string("!tag"), std::string("%directive"),
+          std::string("@at"), std::string("`tick"), std::string("caf\xc3\xa9 \xe2\x9c\x93"),
+          std::string("a: b # c"), std::string("'single'"), std::string("---")}) {
+        INFO("string [" << s << "]");
+        c.train.out_dir = s;
+        c.data.path = s;
+        Config r = parse_config(dump_config(c), "dump.yaml");
+        CHECK(r.train.out_dir == s);
+        CHECK(r.data.path == s);
+    }
+}
+
+TEST_CASE("an empty config file, a directory, and non-finite numbers are errors", "[config][errors]") {
+    const std::string empty = "/tmp/fg_empty_config.yaml", blank = "/tmp/fg_blank_config.yaml";
+    { std::ofstream(empty).flush(); }
+    { std::ofstream(blank) << "  \n# only a comment\n\n"; }
+    REQUIRE_THROWS_WITH(load_config(empty), Contains("[config] '" + empty + "' is empty"));
+    REQUIRE_THROWS_WITH(load_config(blank), Contains("[config] '" + blank + "' is empty"));
+    REQUIRE_THROWS_WITH(load_config("/tmp"), Contains("[config] '/tmp' is a directory, not a config file"));
+    REQUIRE_THROWS_WITH(parse_config("optim: {lr: .inf}", "x.yaml"),
+                        Contains("optim.lr: must be a finite number, got '.inf'"));
+    REQUIRE_THROWS_WITH(parse_config("", "x.yaml", {"optim.beta1=.nan"}),
+                        Contains("optim.beta1: must be a finite number, got '.nan'"));
+}

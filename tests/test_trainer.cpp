@@ -38,7 +38,7 @@ TEST_CASE("a resumed run repeats the uninterrupted losses bit for bit", "[traine
     full.run();
     REQUIRE(full.losses().size() == 10);
     for (const char* f : {"config.yaml", "vocab.txt", "model.safetensors", "best.safetensors",
-                          "train_state.safetensors", "metrics.jsonl", "loss_curve.svg"})
+                          "checkpoint.json", "metrics.jsonl", "loss_curve.svg"})
         REQUIRE(fs::exists(fs::path("/tmp/fg_run_full") / f));
     std::ifstream svg("/tmp/fg_run_full/loss_curve.svg");
     std::string text((std::istreambuf_iterator<char>(svg)), {});
@@ -72,9 +72,10 @@ TEST_CASE("trainer bad inputs: an error, and nothing half-written", "[trainer][e
         t.run();
     }
     REQUIRE_THROWS_WITH(Trainer(tiny_run("/tmp/fg_run_errors", 3), log),
-                        Contains("already holds a run: resume it with --resume"));
+                        Contains("already holds a run (checkpoint.json): resume it with --resume"));
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/fg_run_errors", {"model.n_embd=32"}, log),
-                        Contains("[load]") && Contains("a different model shape?"));
+                        Contains("[resume] model.n_embd cannot change when resuming") &&
+                            Contains("(16 -> 32)"));
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/nonexistent_run", {}, log), Contains("holds no checkpoint"));
     Config text = tiny_run("/tmp/fg_run_text", 3);
     text.data.kind = "text";
@@ -116,7 +117,7 @@ TEST_CASE("more trainer bad inputs", "[trainer][errors]") {
         t.run();
     }
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/fg_run_opt", {"optim.name=sgd"}, log),
-                        Contains("was written by another optimizer than optim.name = sgd"));
+                        Contains("[resume] optim.name cannot change when resuming '/tmp/fg_run_opt': (\"adamw\" -> \"sgd\")"));
     fs::remove("/tmp/fg_run_opt/vocab.txt");
     REQUIRE_THROWS_WITH(load_run("/tmp/fg_run_opt", false, Device::cpu),
                         Contains("[load] '/tmp/fg_run_opt' has no vocab.txt"));

@@ -4,6 +4,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -15,12 +18,13 @@
 namespace fg {
 namespace {
 
-// One key of the schema: how to read it from a YAML scalar into a Config, how to write it back,
-// and what it means. read() returns "" on success or what was wrong.
+// One key of the schema: how to read it from a YAML scalar into a Config, how to write it back
+// (into a YAML emitter, so that every value reads back exactly), and what it means. read()
+// returns "" on success or what was wrong.
 struct Field {
     std::string section, key, doc;
     std::function<std::string(Config&, const YAML::Node&)> read;
-    std::function<std::string(const Config&)> write;
+    std::function<void(YAML::Emitter&, const Config&)> write;
 };
 
 template <typename T>
@@ -38,6 +42,25 @@ std::string format_value(const T& v) {
     else if constexpr (std::is_same_v<T, std::string>) out << '"' << v << '"';
     else out << v;
     return out.str();
+}
+
+// Writes a value so that the reader gets it back exactly: doubles in their shortest form that
+// round-trips (std::to_chars), strings quoted and escaped by the emitter wherever needed.
+template <typename T>
+void emit_value(YAML::Emitter& out, const T& v) {
+    if constexpr (std::is_floating_point_v<T>) {
+        char buf[64];
+        auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+        std::string text(buf, end);
+        // A whole number would read back as an integer-looking scalar: fine for a double field,
+        // but keep a decimal point so the file shows the type.
+        if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+        out << text;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+        out << YAML::DoubleQuoted << v;
+    } else {
+        out << v;
+    }
 }
 
 // A field of section S (a member of Config) and member M of S, with a check on the value.
@@ -63,6 +86,9 @@ Field field(const char* section, const char* key, S Config::*sec, T S::*member, 
             if (s.find_first_not_of("+-0123456789") != std::string::npos)
                 return "expected an integer, got '" + s + "'";
         }
+        if constexpr (std::is_floating_point_v<T>) {
+            if (!std::isfinite(value)) return "must be a finite number, got '" + node.Scalar() + "'";
+        }
         if (check) {
             std::string why = check(value);
             if (!why.empty()) return why + ", got " + format_value(value);
@@ -70,7 +96,7 @@ Field field(const char* section, const char* key, S Config::*sec, T S::*member, 
         (c.*sec).*member = value;
         return "";
     };
-    f.write = [=](const Config& c) { return format_value((c.*sec).*member); };
+    f.write = [=](YAML::Emitter& out, const Config& c) { emit_value(out, (c.*sec).*member); };
     return f;
 }
 
@@ -342,26 +368,57 @@ Config parse_config(const std::string& yaml, const std::string& origin,
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    std::error_code ec;
+    FG_CHECK(!std::filesystem::is_directory(path, ec), "config", "'", path,
+             "' is a directory, not a config file");
     std::ifstream in(path);
     FG_CHECK(in.good(), "config", "cannot read '", path, "'");
     std::stringstream text;
     text << in.rdbuf();
+    // A file with nothing in it is a mistake (a wrong path, a failed copy), not "all defaults".
+    bool empty = true;
+    try {
+        empty = YAML::Load(text.str()).IsNull();
+    } catch (const YAML::Exception&) {
+        empty = false;  // parse_config reports the syntax error with its position
+    }
+    FG_CHECK(!empty, "config", "'", path, "' is empty (no keys, only blanks or comments); give a "
+             "config such as configs/addition.yaml");
     return parse_config(text.str(), path, overrides);
 }
 
+std::vector<std::string> changed_keys(const Config& a, const Config& b) {
+    auto text = [](const Field& f, const Config& c) {
+        YAML::Emitter out;
+        f.write(out, c);
+        return std::string(out.c_str());
+    };
+    std::vector<std::string> changed;
+    for (const Field& f : schema()) {
+        std::string va = text(f, a), vb = text(f, b);
+        if (va != vb) changed.push_back(f.section + "." + f.key + " (" + va + " -> " + vb + ")");
+    }
+    return changed;
+}
+
 std::string dump_config(const Config& c) {
-    std::ostringstream out;
+    YAML::Emitter out;
+    out << YAML::BeginMap;
     std::string section;
     for (const Field& f : schema()) {
         if (f.section != section) {
+            if (!section.empty()) out << YAML::EndMap;
             section = f.section;
-            out << section << ":\n";
+            out << YAML::Key << section << YAML::Value << YAML::BeginMap;
         }
-        std::string line = "  " + f.key + ": " + f.write(c);
-        out << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ') << "# " << f.doc
-            << "\n";
+        out << YAML::Key << f.key << YAML::Value;
+        f.write(out, c);
+        out << YAML::Comment(f.doc);
     }
-    return out.str();
+    if (!section.empty()) out << YAML::EndMap;
+    out << YAML::EndMap;
+    FG_ASSERT(out.good(), "config: the YAML emitter failed: ", out.GetLastError());
+    return std::string(out.c_str()) + "\n";
 }
 
 }  // namespace fg

@@ -56,6 +56,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config parse_config(const std::string& yaml, const std::string& origin,
                     const std::vector<std::string>& overrides = {});
 // The resolved configuration as YAML, every key with its one-line description as a comment.
+// Every value reads back exactly (written with yaml-cpp's emitter; doubles in shortest
+// round-trip form).
 std::string dump_config(const Config& config);
+// The dotted keys whose values differ between a and b, in schema order, as
+// "model.n_embd (32 -> 64)".
+std::vector<std::string> changed_keys(const Config& a, const Config& b);
 
 }  // namespace fg

@@ -93,7 +93,9 @@ int run(const std::vector<std::string>& args) {
         }
         FG_CHECK(config.empty() != resume.empty(), "cli",
                  "train takes a config file or --resume RUN_DIR (one of them)");
+        // Ctrl-C, and the SIGTERM a scheduler sends before it kills: finish the step, save, exit.
         std::signal(SIGINT, [](int) { fg::Trainer::request_stop(); });
+        std::signal(SIGTERM, [](int) { fg::Trainer::request_stop(); });
         std::unique_ptr<fg::Trainer> trainer;
         if (resume.empty())
             trainer = std::make_unique<fg::Trainer>(fg::load_config(config, overrides), std::cout);

@@ -5,8 +5,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
+#include "checkpoint.h"
 #include "core/error.h"
 
 namespace fg {
@@ -61,24 +63,18 @@ void save_safetensors(const std::string& path,
     if (!metadata.empty()) header["__metadata__"] = metadata;
     std::string json = header.dump();
     json.append((8 - json.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-    std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        FG_CHECK(out.good(), "checkpoint", "cannot write '", tmp, "'");
-        std::uint64_t n = json.size();
-        unsigned char len[8];
-        for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-        out.write(reinterpret_cast<const char*>(len), 8);
-        out.write(json.data(), static_cast<std::streamsize>(json.size()));
-        for (const auto& b : blobs) out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-        out.flush();
-        FG_CHECK(out.good(), "checkpoint", "writing '", tmp, "' failed (disk full?)");
-    }
-    FG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "checkpoint", "cannot rename '", tmp,
-             "' to '", path, "'");
+    std::string bytes(8, '\0');
+    const std::uint64_t n = json.size();
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(static_cast<unsigned char>(n >> (8 * i)));
+    bytes += json;
+    for (const auto& b : blobs) bytes.append(reinterpret_cast<const char*>(b.data()), b.size());
+    write_file_durably(path, bytes);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
+    std::error_code ec;
+    FG_CHECK(!std::filesystem::is_directory(path, ec), "checkpoint", "'", path,
+             "' is a directory, not a safetensors file");
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     FG_CHECK(in.good(), "checkpoint", "cannot read '", path, "'");
     const auto size = static_cast<std::uint64_t>(in.tellg());
@@ -114,10 +110,26 @@ SafetensorsFile load_safetensors(const std::string& path) {
                      entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
                      entry["data_offsets"].size() == 2,
                  "checkpoint", "'", path, "': tensor '", name, "' has a malformed entry ", entry.dump());
-        Shape shape = entry["shape"].get<Shape>();
-        auto begin = entry["data_offsets"][0].get<std::uint64_t>();
-        auto end = entry["data_offsets"][1].get<std::uint64_t>();
-        std::uint64_t want = static_cast<std::uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+        Shape shape;
+        std::uint64_t begin = 0, end = 0;
+        try {
+            shape = entry["shape"].get<Shape>();
+            begin = entry["data_offsets"][0].get<std::uint64_t>();
+            end = entry["data_offsets"][1].get<std::uint64_t>();
+        } catch (const nlohmann::json::exception&) {
+            fail("checkpoint", "'", path, "': tensor '", name, "' has a malformed entry ",
+                 entry.dump());
+        }
+        // The element count, checked for overflow: no shape may claim more bytes than the file.
+        std::uint64_t want = dtype_size(dtype);
+        for (std::int64_t d : shape) {
+            FG_CHECK(d >= 0, "checkpoint", "'", path, "': tensor '", name, "' has a negative dim in ",
+                     entry["shape"].dump());
+            FG_CHECK(d == 0 || want <= data_size / static_cast<std::uint64_t>(d), "checkpoint", "'",
+                     path, "': tensor '", name, "' of shape ", entry["shape"].dump(),
+                     " needs more bytes than the file's ", data_size, " (truncated file?)");
+            want *= static_cast<std::uint64_t>(d);
+        }
         FG_CHECK(begin <= end && end <= data_size, "checkpoint", "'", path, "': tensor '", name,
                  "' lies at bytes [", begin, ", ", end, ") but the data is ", data_size,
                  " bytes (truncated file?)");

@@ -1,8 +1,9 @@
 // train/safetensors.h: reading and writing the safetensors format (the format PyTorch users load
 // with safetensors.torch.load_file): 8 bytes of little-endian header length, a JSON header
 // {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ..., "__metadata__":
-// {string: string}}, then the raw little-endian data. Writes go to "<path>.tmp" and are renamed
-// into place, so a crash never leaves a half-written file under the real name.
+// {string: string}}, then the raw little-endian data. Writes are durable (write_file_durably in
+// checkpoint.h: a temporary file, fsynced and renamed into place), so a crash never leaves a
+// half-written file under the real name.
 #pragma once
 
 #include <map>

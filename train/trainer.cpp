@@ -2,6 +2,8 @@
 #include "trainer.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "core/ops.h"
 #include "plot.h"
 #include "progress.h"
+#include "checkpoint.h"
 #include "safetensors.h"
 
 namespace fg {
@@ -31,17 +34,6 @@ std::string fmt(const char* format, double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, format, v);
     return buf;
-}
-
-// Writes `text` to `path` through a temporary file and a rename.
-void write_atomically(const std::string& path, const std::string& text) {
-    std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << text;
-        FG_CHECK(out.good(), "train", "cannot write '", tmp, "'");
-    }
-    FG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "train", "cannot rename '", tmp, "'");
 }
 
 std::vector<std::pair<std::string, Tensor>> to_list(
@@ -147,13 +139,15 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     if (device_ == Device::cuda)
         peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.train.precision);
 
-    fs::create_directories(dir_);
-    if (!resuming)
-        FG_CHECK(!fs::exists(fs::path(dir_) / "train_state.safetensors"), "train", "'", dir_,
-                 "' already holds a run: resume it with --resume ", dir_,
-                 ", or set train.out_dir to a new directory");
-    write_atomically((fs::path(dir_) / "config.yaml").string(), dump_config(cfg_));
-    write_atomically((fs::path(dir_) / "vocab.txt").string(), data_->vocab().chars());
+    if (!resuming) {
+        // A new run never writes over another run's files (a checkpoint, weights or metrics).
+        for (const char* f : {"checkpoint.json", "model.safetensors", "train_state.safetensors",
+                              "metrics.jsonl"})
+            FG_CHECK(!fs::exists(fs::path(dir_) / f), "train", "'", dir_,
+                     "' already holds a run (", f, "): resume it with --resume ", dir_,
+                     ", or set train.out_dir to a new directory");
+        write_run_files();
+    }
     for (const std::string& w : c.warnings) log_ << "warning: " << w << "\n";
     log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
          << dump_config(cfg_) << "\n";
@@ -162,59 +156,164 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
          << "), run directory " << dir_ << "\n";
 }
 
+void Trainer::write_run_files() {
+    fs::create_directories(dir_);
+    write_file_durably((fs::path(dir_) / "config.yaml").string(), dump_config(cfg_));
+    write_file_durably((fs::path(dir_) / "vocab.txt").string(), data_->vocab().chars());
+}
+
+// The keys a resumed run may change: how long and how often, where it runs and in what
+// arithmetic, and the schedule's and update's scalars. Anything else (the model, the data, the
+// batch, the seed, the optimizer and its betas) would make the checkpoint mean something else.
+const std::vector<std::string>& resumable_keys() {
+    static const std::vector<std::string> keys{
+        "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
+        "train.device", "train.precision", "train.out_dir", "optim.lr", "optim.min_lr",
+        "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction"};
+    return keys;
+}
+
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
                                          const std::vector<std::string>& overrides,
                                          std::ostream& log) {
+    // Everything is checked before anything in the run directory is written: a refused resume
+    // leaves it exactly as it was.
     std::string cfg_path = (fs::path(run_dir) / "config.yaml").string();
-    FG_CHECK(fs::exists(fs::path(run_dir) / "train_state.safetensors"), "resume", "'", run_dir,
-             "' holds no checkpoint (train_state.safetensors is missing)");
+    FG_CHECK(has_checkpoint(run_dir) || fs::exists(fs::path(run_dir) / "train_state.safetensors"),
+             "resume", "'", run_dir, "' holds no checkpoint (checkpoint.json is missing)");
+    Config saved = load_config(cfg_path);
     Config cfg = load_config(cfg_path, overrides);
-    cfg.train.out_dir = run_dir;
+    cfg.train.out_dir = saved.train.out_dir = run_dir;
+    for (const std::string& change : changed_keys(saved, cfg)) {
+        const std::string key = change.substr(0, change.find(' '));
+        const auto& ok = resumable_keys();
+        std::string allowed;
+        for (const std::string& k : ok) allowed += (allowed.empty() ? "" : ", ") + k;
+        FG_CHECK(std::find(ok.begin(), ok.end(), key) != ok.end(), "resume", key,
+                 " cannot change when resuming '", run_dir, "': ", change.substr(key.size() + 1),
+                 "; start a new run for that (a resumed run may change ", allowed, ")");
+    }
     std::unique_ptr<Trainer> t(new Trainer(cfg, log, true));
+    std::ifstream vocab_file(fs::path(run_dir) / "vocab.txt", std::ios::binary);
+    FG_CHECK(vocab_file.good(), "resume", "'", run_dir, "' has no vocab.txt");
+    std::string vocab((std::istreambuf_iterator<char>(vocab_file)), {});
+    FG_CHECK(vocab == t->data_->vocab().chars(), "resume", "the data's vocabulary (",
+             t->data_->vocab().size(), " tokens) is not the one in '", run_dir,
+             "/vocab.txt' (", vocab.size(), " tokens): did the data file change?");
     t->load_checkpoint(run_dir);
+    t->write_run_files();  // the resumed config (a longer schedule, say) is now the run's
     log << "resumed at step " << t->step_ << "\n";
     return t;
 }
 
+namespace {
+
+// A metadata number of a train_state file, with what is wrong named.
+std::uint64_t metadata_number(const SafetensorsFile& state, const std::string& path,
+                              const char* key) {
+    auto it = state.metadata.find(key);
+    FG_CHECK(it != state.metadata.end(), "resume", "'", path, "' lacks '", key,
+             "' in its metadata (not a fusegrad train state, or damaged)");
+    std::uint64_t v = 0;
+    const std::string& text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    FG_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(), "resume",
+             "'", path, "': metadata '", key, "' is '", text, "', not a whole number >= 0");
+    return v;
+}
+
+}  // namespace
+
 void Trainer::load_checkpoint(const std::string& run_dir) {
-    std::string model_path = (fs::path(run_dir) / "model.safetensors").string();
-    std::string state_path = (fs::path(run_dir) / "train_state.safetensors").string();
-    load_weights(*model_, model_path, device_);
+    fs::path folder(run_dir);
+    std::int64_t manifest_step = -1;
+    if (has_checkpoint(run_dir)) {
+        CheckpointManifest m = verified_checkpoint(run_dir);
+        for (const char* f : {"model.safetensors", "train_state.safetensors"})
+            FG_CHECK(m.files.count(f), "resume", "the checkpoint of step ", m.step, " in '",
+                     run_dir, "' has no ", f);
+        folder /= m.folder;
+        manifest_step = m.step;
+    } else {
+        log_ << "warning: '" << run_dir << "' has no checkpoint.json (written by an older "
+             << "fusegrad): its files are loaded without checksums\n";
+    }
+    std::string model_path = (folder / "model.safetensors").string();
+    std::string state_path = (folder / "train_state.safetensors").string();
+    SafetensorsFile weights = load_safetensors(model_path);
     SafetensorsFile state = load_safetensors(state_path);
+    const std::uint64_t step = metadata_number(state, state_path, "step");
+    FG_CHECK(metadata_number(weights, model_path, "step") == step, "resume", "'", model_path,
+             "' is from step ", weights.metadata.at("step"), ", '", state_path, "' from step ",
+             step, ": they are not one checkpoint");
+    FG_CHECK(manifest_step < 0 || static_cast<std::int64_t>(step) == manifest_step, "resume", "'",
+             state_path, "' is from step ", step, ", the manifest says ", manifest_step);
     FG_CHECK(state.metadata.count("optimizer") && state.metadata.at("optimizer") == opt_->name(),
              "resume", "'", state_path, "' was written by another optimizer than optim.name = ",
              opt_->name());
+    for (auto& [name, p] : model_->state_dict()) {
+        const Tensor* t = weights.find(name);
+        FG_CHECK(t != nullptr, "resume", "'", model_path, "' has no tensor '", name, "'");
+        FG_CHECK(t->dtype() == DType::f32, "resume", "'", model_path, "': '", name, "' is ",
+                 dtype_name(t->dtype()), ", the master weights are f32");
+        assign(*p, *t, name, model_path, device_);
+    }
     for (auto& [name, t] : opt_->named_state()) {
         const Tensor* s = state.find(name);
-        if (s) assign(*t, *s, name, state_path, device_);
+        // AdamW's moments exist from the start and must all be there; SGD's momentum buffers
+        // appear at its first step.
+        FG_CHECK(s != nullptr || !t->defined(), "resume", "'", state_path, "' has no '", name,
+                 "': the optimizer state is incomplete");
+        if (s) {
+            FG_CHECK(s->dtype() == DType::f32, "resume", "'", state_path, "': '", name, "' is ",
+                     dtype_name(s->dtype()), ", not f32");
+            assign(*t, *s, name, state_path, device_);
+        }
     }
-    auto number = [&](const char* key) -> std::uint64_t {
-        FG_CHECK(state.metadata.count(key), "resume", "'", state_path, "' lacks '", key, "'");
-        return std::stoull(state.metadata.at(key));
-    };
-    step_ = static_cast<std::int64_t>(number("step"));
-    opt_->set_steps(static_cast<std::int64_t>(number("optimizer_steps")));
-    data_gen_.set_state(number("data_seed"), number("data_offset"));
-    default_generator().set_state(number("dropout_seed"), number("dropout_offset"));
-    best_val_ = std::stod(state.metadata.at("best_val"));
+    step_ = static_cast<std::int64_t>(step);
+    opt_->set_steps(static_cast<std::int64_t>(metadata_number(state, state_path, "optimizer_steps")));
+    data_gen_.set_state(metadata_number(state, state_path, "data_seed"),
+                        metadata_number(state, state_path, "data_offset"));
+    default_generator().set_state(metadata_number(state, state_path, "dropout_seed"),
+                                  metadata_number(state, state_path, "dropout_offset"));
+    auto best = state.metadata.find("best_val");
+    FG_CHECK(best != state.metadata.end(), "resume", "'", state_path, "' lacks 'best_val'");
+    char* end = nullptr;
+    best_val_ = std::strtod(best->second.c_str(), &end);
+    FG_CHECK(end && *end == '\0' && !best->second.empty(), "resume", "'", state_path,
+             "': best_val is '", best->second, "', not a number");
 }
 
 void Trainer::save_checkpoint() {
-    fs::path dir(dir_);
-    save_safetensors((dir / "model.safetensors").string(), to_list(model_->state_dict()),
-                     {{"format", "pt"}, {"step", std::to_string(step_)}});
-    std::ostringstream best;
-    best.precision(17);
-    best << best_val_;
-    save_safetensors((dir / "train_state.safetensors").string(), to_list(opt_->named_state()),
-                     {{"step", std::to_string(step_)},
-                      {"optimizer", opt_->name()},
-                      {"optimizer_steps", std::to_string(opt_->steps())},
-                      {"data_seed", std::to_string(data_gen_.seed())},
-                      {"data_offset", std::to_string(data_gen_.offset())},
-                      {"dropout_seed", std::to_string(default_generator().seed())},
-                      {"dropout_offset", std::to_string(default_generator().offset())},
-                      {"best_val", best.str()}});
+    // Into checkpoints/.partial/, then committed (train/checkpoint.h): a crash or a failed write
+    // anywhere leaves the last committed checkpoint as it was.
+    const std::string partial = partial_folder(dir_);
+    try {
+        fs::remove_all(partial);
+        fs::create_directories(partial);
+        std::ostringstream best;
+        best.precision(17);
+        best << best_val_;
+        save_safetensors((fs::path(partial) / "model.safetensors").string(),
+                         to_list(model_->state_dict()),
+                         {{"format", "pt"}, {"step", std::to_string(step_)}});
+        save_safetensors((fs::path(partial) / "train_state.safetensors").string(),
+                         to_list(opt_->named_state()),
+                         {{"step", std::to_string(step_)},
+                          {"optimizer", opt_->name()},
+                          {"optimizer_steps", std::to_string(opt_->steps())},
+                          {"data_seed", std::to_string(data_gen_.seed())},
+                          {"data_offset", std::to_string(data_gen_.offset())},
+                          {"dropout_seed", std::to_string(default_generator().seed())},
+                          {"dropout_offset", std::to_string(default_generator().offset())},
+                          {"best_val", best.str()}});
+        commit_checkpoint(dir_, step_);
+    } catch (const std::exception& e) {
+        std::error_code ec;
+        fs::remove_all(partial, ec);
+        fail("checkpoint", "saving step ", step_, " failed: ", e.what(), "; the last good ",
+             "checkpoint in '", dir_, "' is kept");
+    }
 }
 
 void Trainer::log_metrics(const std::string& json_line) {
@@ -233,6 +332,12 @@ double Trainer::train_step() {
         scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
         loss_sum += loss.item();
     }
+    // A non-finite loss (too high a learning rate, bad data) would turn every weight into NaN at
+    // the update below: stop before it, so the last checkpoint stays the last good state.
+    FG_CHECK(std::isfinite(loss_sum), "train", "the training loss at step ", step_ + 1, " is ",
+             loss_sum / static_cast<double>(c.train.grad_accum), " (optim.lr = ", c.optim.lr,
+             "); stopped before updating the weights, the last checkpoint in '", dir_,
+             "' is kept");
     double norm = clip_grad_norm(model_->parameters(), c.optim.grad_clip);
     double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
     opt_->step(lr);

@@ -58,6 +58,7 @@ public:
 private:
     Trainer(const Config& config, std::ostream& log, bool resuming);
     void load_checkpoint(const std::string& run_dir);
+    void write_run_files();  // config.yaml and vocab.txt
     double train_step();
     void log_metrics(const std::string& json_line);
 

@@ -1,0 +1,190 @@
+// tests/test_run_dir.cpp: a run directory survives bad commands and damaged files. A refused
+// resume changes nothing; a checkpoint is verified (sizes, checksums, one step, every tensor)
+// before it is loaded; leftovers of an interrupted save block nothing; a non-finite loss stops the
+// run before it spoils the weights. The kill -9 and full-disk tests are tests/fault_injection.sh.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "test_helpers.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
+#include "train/trainer.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+Config tiny(const std::string& dir, std::int64_t steps) {
+    std::string yaml =
+        "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 8}\n"
+        "data: {kind: addition, digits: 1}\n"
+        "train: {steps: " + std::to_string(steps) + ", batch_size: 8, eval_interval: 100,"
+        " eval_iters: 1, checkpoint_interval: 2, device: cpu, out_dir: " + dir + "}\n";
+    return parse_config(yaml, "tiny.yaml");
+}
+
+// Every file under dir (recursively) and its bytes.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        std::ifstream in(e.path(), std::ios::binary);
+        files[e.path().string()] = std::string((std::istreambuf_iterator<char>(in)), {});
+    }
+    return files;
+}
+
+std::string run_once(const std::string& dir, std::int64_t steps) {
+    fs::remove_all(dir);
+    std::ostringstream log;
+    Trainer t(tiny(dir, steps), log);
+    t.run();
+    return dir;
+}
+
+std::string checkpoint_file(const std::string& dir, const std::string& name) {
+    return (fs::path(dir) / verified_checkpoint(dir).folder / name).string();
+}
+
+}  // namespace
+
+TEST_CASE("a refused resume leaves the run directory exactly as it was", "[run_dir]") {
+    const std::string dir = run_once("/tmp/fg_rd_refused", 4);
+    const auto before = snapshot(dir);
+    std::ostringstream log;
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {"model.n_embd=64"}, log),
+                        Contains("[resume] model.n_embd cannot change when resuming"));
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {"optim.name=sgd"}, log),
+                        Contains("[resume] optim.name cannot change"));
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {"train.seed=3"}, log),
+                        Contains("[resume] train.seed cannot change") &&
+                            Contains("a resumed run may change train.steps"));
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {"model.n_layerz=2"}, log),
+                        Contains("model.n_layerz: unknown key"));
+    CHECK(snapshot(dir) == before);
+    // Allowed: a longer schedule. The resumed config is then the run's.
+    auto t = Trainer::resume(dir, {"train.steps=6"}, log);
+    t->run();
+    CHECK(t->step() == 6);
+    CHECK(load_config(dir + "/config.yaml").train.steps == 6);
+}
+
+TEST_CASE("a damaged checkpoint is refused, naming the file and what is wrong", "[run_dir]") {
+    std::ostringstream log;
+    const std::string dir = "/tmp/fg_rd_damaged";
+    auto fresh = [&]() { return run_once(dir, 4); };
+    // A flipped byte in the weights.
+    fresh();
+    {
+        std::fstream f(checkpoint_file(dir, "model.safetensors"),
+                       std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(200);
+        f.put('\x5a');
+    }
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("model.safetensors' does not match its checksum") &&
+                            Contains("the file is corrupt"));
+    // A truncated optimizer state.
+    fresh();
+    fs::resize_file(checkpoint_file(dir, "train_state.safetensors"), 100);
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("train_state.safetensors' has 100 bytes") &&
+                            Contains("(truncated or replaced)"));
+    // A missing file.
+    fresh();
+    fs::remove(checkpoint_file(dir, "train_state.safetensors"));
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("train_state.safetensors', part of the checkpoint of step 4, is "
+                                 "missing"));
+    // A damaged manifest.
+    fresh();
+    { std::ofstream(dir + "/checkpoint.json") << "{\"step\": 4"; }
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("checkpoint.json' is corrupt"));
+    { std::ofstream(dir + "/checkpoint.json") << "{\"step\": -1, \"folder\": \"x\", \"files\": {}}"; }
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("names step -1"));
+    { std::ofstream(dir + "/checkpoint.json") << "{\"step\": 1, \"folder\": \"../etc\", \"files\": {}}"; }
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("not one in checkpoints/"));
+    // No manifest at all.
+    fresh();
+    fs::remove(dir + "/checkpoint.json");
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("holds no checkpoint (checkpoint.json is missing)"));
+}
+
+TEST_CASE("files of two steps, or an incomplete optimizer state, are not one checkpoint",
+          "[run_dir]") {
+    std::ostringstream log;
+    // Weights of step 2 with the optimizer state of step 4, committed together (so every
+    // checksum is right): the steps inside the files still tell.
+    const std::string a = run_once("/tmp/fg_rd_step2", 2), b = run_once("/tmp/fg_rd_step4", 4);
+    const std::string partial = partial_folder(b);
+    fs::create_directories(partial);
+    fs::copy_file(checkpoint_file(a, "model.safetensors"), partial + "/model.safetensors");
+    fs::copy_file(checkpoint_file(b, "train_state.safetensors"),
+                  partial + "/train_state.safetensors");
+    commit_checkpoint(b, 4);
+    REQUIRE_THROWS_WITH(Trainer::resume(b, {}, log),
+                        Contains("model.safetensors' is from step 2") &&
+                            Contains("they are not one checkpoint"));
+    // An optimizer state without one of AdamW's moments.
+    const std::string c = run_once("/tmp/fg_rd_moments", 2);
+    SafetensorsFile state = load_safetensors(checkpoint_file(c, "train_state.safetensors"));
+    std::vector<std::pair<std::string, Tensor>> kept;
+    for (auto& [name, t] : state.tensors)
+        if (name != "transformer.wte.weight.exp_avg_sq") kept.emplace_back(name, t);
+    fs::create_directories(partial_folder(c));
+    fs::copy_file(checkpoint_file(c, "model.safetensors"), partial_folder(c) + "/model.safetensors");
+    save_safetensors(partial_folder(c) + "/train_state.safetensors", kept, state.metadata);
+    commit_checkpoint(c, 2);
+    REQUIRE_THROWS_WITH(Trainer::resume(c, {}, log),
+                        Contains("has no 'transformer.wte.weight.exp_avg_sq'") &&
+                            Contains("the optimizer state is incomplete"));
+}
+
+TEST_CASE("leftovers of an interrupted save block nothing", "[run_dir]") {
+    const std::string dir = run_once("/tmp/fg_rd_leftovers", 4);
+    for (const char* f : {"config.yaml.tmp", "vocab.txt.tmp", "checkpoint.json.tmp",
+                          "model.safetensors.tmp"})
+        std::ofstream(dir + "/" + f) << "half written";
+    fs::create_directories(dir + "/checkpoints/.partial");
+    std::ofstream(dir + "/checkpoints/.partial/model.safetensors.tmp") << "half";
+    std::ostringstream log;
+    auto t = Trainer::resume(dir, {"train.steps=6"}, log);
+    t->run();
+    CHECK(t->step() == 6);
+    CHECK_FALSE(fs::exists(dir + "/checkpoints/.partial"));
+}
+
+TEST_CASE("a non-finite loss stops the run before the update, keeping the last checkpoint",
+          "[run_dir]") {
+    const std::string dir = "/tmp/fg_rd_nan";
+    fs::remove_all(dir);
+    Config c = tiny(dir, 50);
+    c.optim.lr = 1e300;  // finite, so the config takes it; the first update ruins the weights
+    c.optim.grad_clip = 0.0;
+    c.optim.warmup_steps = 0;
+    c.train.checkpoint_interval = 1;
+    std::ostringstream log;
+    Trainer t(c, log);
+    REQUIRE_THROWS_WITH(t.run(), Contains("[train] the training loss at step 2 is") &&
+                                     Contains("stopped before updating the weights"));
+    CHECK(t.step() == 1);
+    REQUIRE(has_checkpoint(dir));
+    CHECK(verified_checkpoint(dir).step == 1);  // the last checkpoint, of a finite step
+}
+
+TEST_CASE("resume refuses a vocabulary that changed", "[run_dir]") {
+    const std::string dir = run_once("/tmp/fg_rd_vocab", 2);
+    { std::ofstream(dir + "/vocab.txt") << "0123456789+="; }
+    const auto before = snapshot(dir);
+    std::ostringstream log;
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("is not the one in '" + dir + "/vocab.txt'"));
+    CHECK(snapshot(dir) == before);
+}

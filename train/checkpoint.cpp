@@ -1,0 +1,195 @@
+// train/checkpoint.cpp: see checkpoint.h. POSIX calls for what the C++ library cannot promise
+// (fsync of a file and of a folder); nlohmann::json for the manifest; xxHash (header-only) for
+// the checksums.
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace fg {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kManifest = "checkpoint.json";
+
+std::string reason() { return std::strerror(errno); }
+
+// Writes all of `bytes` to the open descriptor; false (errno set) on any failure.
+bool write_all(int fd, const std::string& bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+std::string folder_of(const std::string& path) {
+    fs::path parent = fs::path(path).parent_path();
+    return parent.empty() ? "." : parent.string();
+}
+
+// The name for step's folder: step_<N>, or step_<N>.<k> when that exists (the same step saved
+// again after a resume) - never the folder the current manifest names.
+std::string step_folder_name(const std::string& run_dir, std::int64_t step) {
+    char base[32];
+    std::snprintf(base, sizeof base, "step_%08lld", static_cast<long long>(step));
+    std::string name = base;
+    for (int k = 1; fs::exists(fs::path(run_dir) / "checkpoints" / name); ++k)
+        name = std::string(base) + "." + std::to_string(k);
+    return name;
+}
+
+}  // namespace
+
+void write_file_durably(const std::string& path, const std::string& bytes) {
+    const std::string tmp = path + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    FG_CHECK(fd >= 0, "checkpoint", "cannot create '", tmp, "': ", reason());
+    bool ok = write_all(fd, bytes) && ::fsync(fd) == 0;
+    std::string why = ok ? "" : reason();
+    ok = (::close(fd) == 0) && ok;
+    if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
+        ok = false;
+        why = reason();
+    }
+    if (!ok) {
+        ::unlink(tmp.c_str());
+        fail("checkpoint", "writing '", path, "' failed: ", why.empty() ? reason() : why,
+             "; the file was left as it was");
+    }
+    sync_folder(folder_of(path));
+}
+
+void sync_folder(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    FG_CHECK(fd >= 0, "checkpoint", "cannot open folder '", path, "': ", reason());
+    int rc = ::fsync(fd);
+    std::string why = rc == 0 ? "" : reason();
+    ::close(fd);
+    FG_CHECK(rc == 0, "checkpoint", "cannot sync folder '", path, "': ", why);
+}
+
+std::string file_checksum(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    FG_CHECK(in.good(), "checkpoint", "cannot read '", path, "'");
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    std::vector<char> buf(1 << 20);
+    while (in) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        XXH3_64bits_update(&state, buf.data(), static_cast<std::size_t>(in.gcount()));
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits_digest(&state)));
+    return hex;
+}
+
+std::string partial_folder(const std::string& run_dir) {
+    return (fs::path(run_dir) / "checkpoints" / ".partial").string();
+}
+
+bool has_checkpoint(const std::string& run_dir) {
+    return fs::exists(fs::path(run_dir) / kManifest);
+}
+
+void commit_checkpoint(const std::string& run_dir, std::int64_t step) {
+    const fs::path run(run_dir), checkpoints = run / "checkpoints";
+    const std::string partial = partial_folder(run_dir);
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& entry : fs::directory_iterator(partial)) {
+        const std::string name = entry.path().filename().string();
+        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) continue;
+        files[name] = {{"bytes", fs::file_size(entry.path())},
+                       {"xxh3", file_checksum(entry.path().string())}};
+    }
+    const std::string folder = step_folder_name(run_dir, step);
+    std::error_code ec;
+    fs::rename(partial, checkpoints / folder, ec);
+    FG_CHECK(!ec, "checkpoint", "cannot rename '", partial, "' to '",
+             (checkpoints / folder).string(), "': ", ec.message());
+    sync_folder(checkpoints.string());
+    nlohmann::json manifest = {{"step", step},
+                               {"folder", "checkpoints/" + folder},
+                               {"files", files}};
+    // The commit: from here on the new checkpoint is the one resume reads.
+    write_file_durably((run / kManifest).string(), manifest.dump(2) + "\n");
+    // The latest weights at the top of the run directory, for users and `sample`.
+    const fs::path weights = checkpoints / folder / "model.safetensors";
+    const fs::path link_tmp = run / "model.safetensors.tmp";
+    fs::remove(link_tmp, ec);
+    fs::create_hard_link(weights, link_tmp, ec);
+    if (ec) fs::copy_file(weights, link_tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(link_tmp, run / "model.safetensors", ec);
+    FG_CHECK(!ec, "checkpoint", "the checkpoint of step ", step, " is saved in '",
+             (checkpoints / folder).string(), "', but '", (run / "model.safetensors").string(),
+             "' could not be updated: ", ec.message());
+    sync_folder(run.string());
+    // Older checkpoints and leftovers of interrupted saves are no longer needed.
+    for (const auto& entry : fs::directory_iterator(checkpoints)) {
+        if (entry.path().filename() == folder) continue;
+        fs::remove_all(entry.path(), ec);
+    }
+}
+
+CheckpointManifest verified_checkpoint(const std::string& run_dir) {
+    const fs::path run(run_dir);
+    const std::string path = (run / kManifest).string();
+    std::ifstream in(path);
+    FG_CHECK(in.good(), "resume", "'", run_dir, "' holds no checkpoint (", kManifest,
+             " is missing)");
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        fail("resume", "'", path, "' is corrupt: ", e.what());
+    }
+    CheckpointManifest m;
+    try {
+        m.step = j.at("step").get<std::int64_t>();
+        m.folder = j.at("folder").get<std::string>();
+        for (auto& [name, f] : j.at("files").items())
+            m.files[name] = {f.at("bytes").get<std::uint64_t>(), f.at("xxh3").get<std::string>()};
+    } catch (const nlohmann::json::exception& e) {
+        fail("resume", "'", path, "' is corrupt: ", e.what());
+    }
+    FG_CHECK(m.step >= 0, "resume", "'", path, "' names step ", m.step, " (must be >= 0)");
+    FG_CHECK(m.folder.rfind("checkpoints/", 0) == 0 && m.folder.find("..") == std::string::npos,
+             "resume", "'", path, "' names the folder '", m.folder, "', not one in checkpoints/");
+    for (const auto& [name, f] : m.files) {
+        const fs::path file = run / m.folder / name;
+        std::error_code ec;
+        const auto bytes = fs::file_size(file, ec);
+        FG_CHECK(!ec, "resume", "'", file.string(), "', part of the checkpoint of step ", m.step,
+                 ", is missing");
+        FG_CHECK(bytes == f.bytes, "resume", "'", file.string(), "' has ", bytes, " bytes, the ",
+                 "checkpoint of step ", m.step, " wrote ", f.bytes, " (truncated or replaced)");
+        const std::string sum = file_checksum(file.string());
+        FG_CHECK(sum == f.xxh3, "resume", "'", file.string(), "' does not match its checksum (",
+                 sum, ", the checkpoint wrote ", f.xxh3, "): the file is corrupt");
+    }
+    return m;
+}
+
+}  // namespace fg
