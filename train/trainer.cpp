@@ -442,9 +442,14 @@ void Trainer::run(std::int64_t stop_at) {
             bool best = e.val_loss < best_val_;
             if (best) {
                 best_val_ = e.val_loss;
-                save_safetensors((fs::path(dir_) / "best.safetensors").string(),
-                                 to_list(model_->state_dict()),
-                                 {{"format", "pt"}, {"step", std::to_string(step_)}});
+                try {
+                    save_safetensors((fs::path(dir_) / "best.safetensors").string(),
+                                     to_list(model_->state_dict()),
+                                     {{"format", "pt"}, {"step", std::to_string(step_)}});
+                } catch (const std::exception& e) {
+                    fail("checkpoint", "saving the best weights at step ", step_, " failed: ",
+                         e.what(), "; the last good checkpoint in '", dir_, "' is kept");
+                }
             }
             std::string acc = e.accuracy >= 0 ? ", \"accuracy\": " + fmt("%.4f", e.accuracy) : "";
             log_metrics("{\"step\": " + std::to_string(step_) + ", \"train_loss\": " +
