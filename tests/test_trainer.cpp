@@ -124,7 +124,7 @@ TEST_CASE("more trainer bad inputs", "[trainer][errors]") {
     REQUIRE_THROWS_WITH(write_loss_curve("/nonexistent/metrics.jsonl", "/tmp/x.svg", "t"),
                         Contains("[plot] cannot read '/nonexistent/metrics.jsonl'"));
     REQUIRE_THROWS_WITH(write_loss_curve("/tmp/fg_run_opt/metrics.jsonl", "/nonexistent/d/c.svg", "t"),
-                        Contains("[plot] cannot write '/nonexistent/d/c.svg.tmp'"));
+                        Contains("[plot] cannot create '/nonexistent/d/c.svg.tmp'"));
 }
 
 TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
@@ -158,4 +158,26 @@ TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
     std::string first;
     std::getline(m, first);
     CHECK_THAT(first, Contains("\"tokens_per_s\"") && !Contains("\"mfu\""));
+}
+
+TEST_CASE("generation draws only ids of the data's vocabulary, and plot text is escaped", "[trainer]") {
+    GPTConfig c = test::small_gpt(20, 8, 1, 2, 16);  // 20 ids, of which the data has 5
+    Generator init(4), gen(5);
+    GPT model(c, init);
+    Tensor prompt = Tensor::from_vector(std::vector<std::int32_t>{1, 2, 3}, {1, 3});
+    for (double temperature : {0.0, 1.0, 50.0}) {
+        std::vector<std::int32_t> ids =
+            generate(model, prompt, 30, temperature, 0, gen, 5).to_vector<std::int32_t>();
+        for (std::int32_t id : ids) REQUIRE(id < 5);
+    }
+    fs::remove_all("/tmp/fg_plot_escape");
+    fs::create_directories("/tmp/fg_plot_escape");
+    std::ofstream("/tmp/fg_plot_escape/m.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n";
+    write_loss_curves({{"a<b & \"c\"", "/tmp/fg_plot_escape/m.jsonl"}},
+                      "/tmp/fg_plot_escape/p.svg", "<title> & more");
+    std::ifstream svg("/tmp/fg_plot_escape/p.svg");
+    std::string text((std::istreambuf_iterator<char>(svg)), {});
+    CHECK_THAT(text, Contains("&lt;title&gt; &amp; more") &&
+                         Contains("a&lt;b &amp; &quot;c&quot;: train loss"));
+    CHECK_FALSE(fs::exists("/tmp/fg_plot_escape/p.svg.tmp"));
 }

@@ -62,10 +62,10 @@ std::string step_folder_name(const std::string& run_dir, std::int64_t step) {
 
 }  // namespace
 
-void write_file_durably(const std::string& path, const std::string& bytes) {
+void write_file_durably(const std::string& path, const std::string& bytes, const char* op) {
     const std::string tmp = path + ".tmp";
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    FG_CHECK(fd >= 0, "checkpoint", "cannot create '", tmp, "': ", reason());
+    FG_CHECK(fd >= 0, op, "cannot create '", tmp, "': ", reason());
     bool ok = write_all(fd, bytes) && ::fsync(fd) == 0;
     std::string why = ok ? "" : reason();
     ok = (::close(fd) == 0) && ok;
@@ -75,7 +75,7 @@ void write_file_durably(const std::string& path, const std::string& bytes) {
     }
     if (!ok) {
         ::unlink(tmp.c_str());
-        fail("checkpoint", "writing '", path, "' failed: ", why.empty() ? reason() : why,
+        fail(op, "writing '", path, "' failed: ", why.empty() ? reason() : why,
              "; the file was left as it was");
     }
     sync_folder(folder_of(path));

@@ -23,8 +23,9 @@ namespace fg {
 // Writes `bytes` to `path` so that after it returns the content survives a crash: a temporary
 // file beside it (its name ends ".tmp"), written, fsynced, renamed over `path`, the folder
 // fsynced. On failure (a full disk, say) the temporary file is removed, `path` is unchanged, and
-// an fg::Error names the file and the system's reason.
-void write_file_durably(const std::string& path, const std::string& bytes);
+// an fg::Error (of `op`) names the file and the system's reason.
+void write_file_durably(const std::string& path, const std::string& bytes,
+                        const char* op = "checkpoint");
 // fsync of a folder (its entries: names created, renamed or removed in it).
 void sync_folder(const std::string& path);
 // XXH3-64 of the file's bytes, as 16 hex digits.

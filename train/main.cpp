@@ -1,5 +1,6 @@
 // train/main.cpp: the `fusegrad` command. The only place that catches exceptions: it prints
 // "error: ..." and exits non-zero. Subcommands: train, sample, eval, plot, demo, info.
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -47,11 +48,14 @@ fg::Device parse_device(const std::string& value) {
     fg::fail("cli", "--device must be auto, cpu or cuda, got '", value, "'");
 }
 
-long parse_int(const std::string& flag, const std::string& value, long low) {
+// An integer in [low, high]; anything else (or out of long's range) names the flag.
+long parse_int(const std::string& flag, const std::string& value, long low,
+               long high = 1000000000L) {
     char* end = nullptr;
+    errno = 0;
     long v = std::strtol(value.c_str(), &end, 10);
-    FG_CHECK(end && *end == '\0' && !value.empty() && v >= low, "cli", flag,
-             " needs an integer >= ", low, ", got '", value, "'");
+    FG_CHECK(end && *end == '\0' && !value.empty() && errno == 0 && v >= low && v <= high, "cli",
+             flag, " needs an integer from ", low, " to ", high, ", got '", value, "'");
     return v;
 }
 
@@ -108,6 +112,7 @@ int run(const std::vector<std::string>& args) {
     if (command == "sample" || command == "eval") {
         FG_CHECK(args.size() >= 2 && args[1].rfind("--", 0) != 0, "cli", command, " needs a run directory");
         std::string run_dir = args[1], prompt, device = "auto";
+        bool prompt_given = false;
         long max_new = 64, top_k = 0, seed = 0;
         double temperature = 1.0;
         bool best = false;
@@ -119,8 +124,10 @@ int run(const std::vector<std::string>& args) {
             }
             FG_CHECK(i + 1 < args.size(), "cli", flag, " needs a value");
             const std::string& value = args[++i];
-            if (flag == "--prompt") prompt = value;
-            else if (flag == "--max-new-tokens") max_new = parse_int(flag, value, 1);
+            if (flag == "--prompt") {
+                prompt = value;
+                prompt_given = true;
+            } else if (flag == "--max-new-tokens") max_new = parse_int(flag, value, 1, 1000000);
             else if (flag == "--top-k") top_k = parse_int(flag, value, 0);
             else if (flag == "--seed") seed = parse_int(flag, value, 0);
             else if (flag == "--device") device = value;
@@ -133,7 +140,8 @@ int run(const std::vector<std::string>& args) {
                 fg::fail("cli", "unknown option '", flag, "' for ", command);
             }
         }
-        fg::Device dev = fg::resolve_device(device);
+        FG_CHECK(!prompt_given || !prompt.empty(), "cli", "--prompt is empty; give some text");
+        fg::Device dev = parse_device(device);
         if (command == "eval") {  // reads the run directory, writes nothing
             fg::LoadedModel run = fg::load_run(run_dir, best, dev);
             std::unique_ptr<fg::Dataset> data = fg::make_dataset(run.config);
@@ -150,7 +158,7 @@ int run(const std::vector<std::string>& args) {
         fg::Generator gen(static_cast<std::uint64_t>(seed));
         fg::Tensor out = fg::generate(*run.model,
                                       fg::Tensor::from_vector(ids, {1, (std::int64_t)ids.size()}, dev),
-                                      max_new, temperature, top_k, gen);
+                                      max_new, temperature, top_k, gen, run.vocab.size());
         std::printf("%s\n", run.vocab.decode(out.to_vector<std::int32_t>()).c_str());
         return 0;
     }
@@ -189,7 +197,7 @@ int run(const std::vector<std::string>& args) {
             const std::string& flag = args[i];
             const std::string& value = args[++i];
             if (flag == "--device") opt.device = parse_device(value);
-            else if (flag == "--steps") opt.steps = static_cast<int>(parse_int(flag, value, 1));
+            else if (flag == "--steps") opt.steps = static_cast<int>(parse_int(flag, value, 1, 10000000));
             else if (flag == "--seed") opt.seed = static_cast<std::uint64_t>(parse_int(flag, value, 0));
             else fg::fail("cli", "unknown option '", flag, "' for demo");
         }

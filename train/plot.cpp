@@ -11,10 +11,26 @@
 #include <sstream>
 #include <vector>
 
+#include "checkpoint.h"
 #include "core/error.h"
 
 namespace fg {
 namespace {
+
+// Text as SVG (XML) character data: titles and labels come from the command line.
+std::string xml_escape(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        switch (c) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&quot;"; break;
+            default: out += c;
+        }
+    }
+    return out;
+}
 
 struct Point {
     double step, loss;
@@ -80,11 +96,12 @@ void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::stri
         s << "\"/>\n";
         return s.str();
     };
+    const std::string title_text = xml_escape(title);
     std::ostringstream svg;
     svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
         << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
         << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-        << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << title
+        << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << title_text
         << "</text>\n";
     for (int i = 0; i <= 4; ++i) {  // grid and tick labels
         double l = min_loss + (max_loss - min_loss) * i / 4, s = max_step * i / 4;
@@ -111,7 +128,7 @@ void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::stri
         for (const Point& p : s.val)
             svg << "<circle cx=\"" << number(x(p.step)) << "\" cy=\"" << number(y(p.loss))
                 << "\" r=\"3\" fill=\"" << val_colour << "\"/>\n";
-        const std::string prefix = s.label.empty() ? "" : s.label + ": ";
+        const std::string prefix = s.label.empty() ? "" : xml_escape(s.label) + ": ";
         svg << "<text x=\"" << w - right - 260 << "\" y=\"" << legend_y << "\" fill=\"" << train_colour
             << "\">" << prefix << "train loss (thin)</text>\n";
         legend_y += 17;
@@ -120,13 +137,7 @@ void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::stri
         legend_y += 17;
     }
     svg << "</svg>\n";
-    std::string tmp = svg_path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << svg.str();
-        FG_CHECK(out.good(), "plot", "cannot write '", tmp, "'");
-    }
-    FG_CHECK(std::rename(tmp.c_str(), svg_path.c_str()) == 0, "plot", "cannot rename '", tmp, "'");
+    write_file_durably(svg_path, svg.str(), "plot");  // a failed write leaves no .tmp behind
 }
 
 void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_path,

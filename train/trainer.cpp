@@ -392,7 +392,7 @@ EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, De
         }
         const auto n = static_cast<std::int64_t>(pairs.size()), p = 2 * add->digits() + 2;
         Tensor out = generate(model, Tensor::from_vector(prompt_ids, {n, p}, device),
-                              add->digits() + 1, 0.0, 0, gen);
+                              add->digits() + 1, 0.0, 0, gen, add->vocab().size());
         std::vector<std::int32_t> ids = out.to_vector<std::int32_t>();
         const std::int64_t width = p + add->digits() + 1;
         std::int64_t correct = 0;
@@ -470,12 +470,14 @@ void Trainer::run(std::int64_t stop_at) {
 }
 
 Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,
-                std::int64_t top_k, Generator& gen) {
+                std::int64_t top_k, Generator& gen, std::int64_t drawn_vocab) {
     NoGradGuard no_grad;
     bool was_training = model.training();
     model.train(false);
     const std::int64_t n = prompts.size(0), block = model.config().block_size;
-    const std::int64_t vocab = model.config().vocab_size;
+    const std::int64_t row_size = model.config().vocab_size;  // logits per position
+    const std::int64_t vocab =
+        drawn_vocab > 0 ? std::min(drawn_vocab, row_size) : row_size;  // the ids drawn
     std::vector<std::int32_t> seq = prompts.to_vector<std::int32_t>();
     std::int64_t len = prompts.size(1);
     for (std::int64_t s = 0; s < steps; ++s) {
@@ -488,7 +490,7 @@ Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double te
         std::vector<float> all = logits.to_vector<float>();
         std::vector<std::int32_t> next(n);
         for (std::int64_t i = 0; i < n; ++i) {
-            const float* row = all.data() + (i * ctx + ctx - 1) * vocab;
+            const float* row = all.data() + (i * ctx + ctx - 1) * row_size;
             if (temperature <= 0.0) {
                 next[i] = static_cast<std::int32_t>(std::max_element(row, row + vocab) - row);
                 continue;

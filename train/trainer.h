@@ -104,7 +104,9 @@ Device resolve_device(const std::string& name);  // auto, cpu or cuda (an error 
 
 // Greedy (temperature 0) or sampled continuation of `prompts` (i32 (N, P)) by `steps` tokens;
 // returns (N, P + steps). Contexts longer than block_size keep their last block_size tokens.
+// Only ids below `vocab` are drawn (0: all of the model's): a model.vocab_size larger than the
+// data's vocabulary has ids that mean nothing.
 Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,
-                std::int64_t top_k, Generator& gen);
+                std::int64_t top_k, Generator& gen, std::int64_t vocab = 0);
 
 }  // namespace fg
