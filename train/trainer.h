@@ -1,10 +1,11 @@
 // train/trainer.h: one training run, from a Config to a run directory.
 //
 // The run directory holds: config.yaml (the resolved config), vocab.txt (the vocabulary, one
-// character per id, as bytes), model.safetensors (the latest weights, nanoGPT's names),
-// best.safetensors (the weights of the best validation loss so far), train_state.safetensors
-// (optimizer moments, step, generator offsets, best loss), metrics.jsonl (one JSON line per
-// step and per evaluation) and loss_curve.svg (train and validation loss against steps). Checkpoints are written to a temporary file and renamed.
+// character per id, as bytes), the checkpoint (checkpoints/step_N/ with model.safetensors and
+// train_state.safetensors - optimizer moments, step, generator offsets, best loss - committed by
+// checkpoint.json, train/checkpoint.h), model.safetensors (the latest weights, nanoGPT's names),
+// best.safetensors (the weights of the best validation loss so far), metrics.jsonl (one JSON
+// line per step and per evaluation) and loss_curve.svg (train and validation loss against steps).
 //
 // Reproducibility: every random draw (init, data, dropout) comes from generators seeded by
 // train.seed whose offsets are saved, so a resumed run on the CPU continues with bitwise the same
