@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "test_helpers.h"
@@ -187,4 +188,27 @@ TEST_CASE("resume refuses a vocabulary that changed", "[run_dir]") {
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
                         Contains("is not the one in '" + dir + "/vocab.txt'"));
     CHECK(snapshot(dir) == before);
+}
+
+TEST_CASE("damaged train_state metadata is named, not 'stoull' or 'map::at'", "[run_dir]") {
+    std::ostringstream log;
+    for (const auto& [key, value, expected] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"step", "-1", "metadata 'step' is '-1', not a whole number >= 0"},
+             {"data_offset", "12x", "metadata 'data_offset' is '12x', not a whole number >= 0"},
+             {"dropout_seed", "", "lacks 'dropout_seed' in its metadata"},
+             {"best_val", "low", "best_val is 'low', not a number"}}) {
+        INFO(key << " = [" << value << "]");
+        const std::string dir = run_once("/tmp/fg_rd_meta", 2);
+        SafetensorsFile state = load_safetensors(checkpoint_file(dir, "train_state.safetensors"));
+        if (value.empty()) state.metadata.erase(key);
+        else state.metadata[key] = value;
+        fs::create_directories(partial_folder(dir));
+        fs::copy_file(checkpoint_file(dir, "model.safetensors"),
+                      partial_folder(dir) + "/model.safetensors");
+        save_safetensors(partial_folder(dir) + "/train_state.safetensors", state.tensors,
+                         state.metadata);
+        commit_checkpoint(dir, 2);
+        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(expected));
+    }
 }

@@ -145,6 +145,9 @@ int run(const std::vector<std::string>& args) {
         if (command == "eval") {  // reads the run directory, writes nothing
             fg::LoadedModel run = fg::load_run(run_dir, best, dev);
             std::unique_ptr<fg::Dataset> data = fg::make_dataset(run.config);
+            FG_CHECK(data->vocab().chars() == run.vocab.chars(), "eval", "the data's vocabulary (",
+                     data->vocab().size(), " tokens) is not the one in '", run_dir,
+                     "/vocab.txt' (", run.vocab.size(), " tokens): did the data file change?");
             fg::EvalResult e = fg::evaluate_model(*run.model, *data, run.config, dev);
             std::printf("train loss %.4f, val loss %.4f", e.train_loss, e.val_loss);
             if (e.accuracy >= 0) std::printf(", held-out exact match %.1f%%", 100 * e.accuracy);
