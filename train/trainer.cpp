@@ -270,7 +270,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
             assign(*t, *s, name, state_path, device_);
         }
     }
-    step_ = static_cast<std::int64_t>(step);
+    step_ = saved_step_ = static_cast<std::int64_t>(step);
     opt_->set_steps(static_cast<std::int64_t>(metadata_number(state, state_path, "optimizer_steps")));
     data_gen_.set_state(metadata_number(state, state_path, "data_seed"),
                         metadata_number(state, state_path, "data_offset"));
@@ -308,6 +308,7 @@ void Trainer::save_checkpoint() {
                           {"dropout_offset", std::to_string(default_generator().offset())},
                           {"best_val", best.str()}});
         commit_checkpoint(dir_, step_);
+        saved_step_ = step_;
     } catch (const std::exception& e) {
         std::error_code ec;
         fs::remove_all(partial, ec);
@@ -463,7 +464,7 @@ void Trainer::run(std::int64_t stop_at) {
         if (progress_bar_) log_ << "\r" << progress_line(step_, c.train.steps, loss, ms_average) << std::flush;
     }
     if (progress_bar_) log_ << clear_bar;
-    save_checkpoint();
+    if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
     write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
                      (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
     if (stop_requested()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";

@@ -73,6 +73,7 @@ private:
     std::vector<NamedParam> params_;
     Generator data_gen_;
     std::int64_t step_ = 0;
+    std::int64_t saved_step_ = -1;  // the step of the last checkpoint this trainer wrote
     double best_val_ = 1e300;
     double last_lr_ = 0.0, last_norm_ = 0.0;
     std::vector<double> losses_;
