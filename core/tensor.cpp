@@ -55,7 +55,11 @@ bool poison_new_tensors() { return g_poison; }
 
 std::int64_t shape_numel(const Shape& shape) {
     std::int64_t n = 1;
-    for (std::int64_t d : shape) n *= d;
+    for (std::int64_t d : shape) {
+        FG_CHECK(d >= 0, "tensor", "shape ", shape_str(shape), " has a negative dim");
+        FG_CHECK(!__builtin_mul_overflow(n, d, &n), "tensor", "shape ", shape_str(shape),
+                 " has more elements than a 64-bit count holds");
+    }
     return n;
 }
 

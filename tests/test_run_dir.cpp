@@ -212,3 +212,9 @@ TEST_CASE("damaged train_state metadata is named, not 'stoull' or 'map::at'", "[
         REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(expected));
     }
 }
+
+TEST_CASE("a shape too large to count is an error, not an overflow", "[run_dir][errors]") {
+    REQUIRE_THROWS_WITH(shape_numel({std::int64_t{1} << 62, 8}),
+                        Contains("[tensor] shape") && Contains("more elements than a 64-bit count"));
+    REQUIRE_THROWS_WITH(shape_numel({3, -2}), Contains("[tensor] shape (3, -2) has a negative dim"));
+}

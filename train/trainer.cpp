@@ -202,8 +202,28 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
              "/vocab.txt' (", vocab.size(), " tokens): did the data file change?");
     t->load_checkpoint(run_dir);
     t->write_run_files();  // the resumed config (a longer schedule, say) is now the run's
+    t->trim_metrics();
     log << "resumed at step " << t->step_ << "\n";
     return t;
+}
+
+void Trainer::trim_metrics() {
+    // Steps after the checkpoint (logged before a kill) are trained again: drop their old lines.
+    const fs::path path = fs::path(dir_) / "metrics.jsonl";
+    std::ifstream in(path);
+    if (!in.good()) return;
+    std::string kept, line;
+    bool dropped = false;
+    while (std::getline(in, line)) {
+        const auto at = line.find("\"step\": ");
+        const std::int64_t step = at == std::string::npos ? 0 : std::atoll(line.c_str() + at + 8);
+        if (step > step_) {
+            dropped = true;
+            continue;
+        }
+        kept += line + "\n";
+    }
+    if (dropped) write_file_durably(path.string(), kept);
 }
 
 namespace {

@@ -60,6 +60,7 @@ private:
     Trainer(const Config& config, std::ostream& log, bool resuming);
     void load_checkpoint(const std::string& run_dir);
     void write_run_files();  // config.yaml and vocab.txt
+    void trim_metrics();     // metrics.jsonl without the lines of steps after step_
     double train_step();
     void log_metrics(const std::string& json_line);
 
