@@ -2,6 +2,7 @@
 // "error: ..." and exits non-zero. Subcommands: train, sample, eval, plot, demo, info.
 #include <cerrno>
 #include <csignal>
+#include <new>
 #include <cstdio>
 #include <iostream>
 #include <cstdlib>
@@ -215,6 +216,10 @@ int run(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
     try {
         return run(std::vector<std::string>(argv + 1, argv + argc));
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "error: out of host memory (std::bad_alloc): reduce "
+                             "train.batch_size, model.block_size or the model's size\n");
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
