@@ -63,7 +63,7 @@ __global__ void attention_probs_kernel(const float* s, T* pd, float* lse, bool c
             v = expf(__fmul_rn(scale, sr[j]) - row_lse);
             if (p > 0.0f) v = philox::keep(seed, base + j, p) ? v * keep_scale : 0.0f;
         }
-        pr[j] = store_float<T>(v);
+        pr[j] = from_float<T>(v);
     }
 }
 
@@ -96,7 +96,7 @@ __global__ void attention_probs_backward_kernel(const float* s, const float* dpd
             if (p > 0.0f) dp = philox::keep(seed, base + j, p) ? dp * keep_scale : 0.0f;
             d = scale * expf(__fmul_rn(scale, sr[j]) - row_lse) * (dp - dot);
         }
-        dr[j] = store_float<T>(d);
+        dr[j] = from_float<T>(d);
     }
 }
 
@@ -151,7 +151,7 @@ __global__ void attention_probs_reg_kernel(const float* s, T* pd, float* lse, bo
             const long long j = j0 + e;
             if (j >= t) break;
             const float prob = j < visible ? expf(v[g][e] - row_lse) : 0.0f;
-            pr[j] = store_float<T>(kept[e] ? prob * (p > 0.0f ? keep_scale : 1.0f) : 0.0f);
+            pr[j] = from_float<T>(kept[e] ? prob * (p > 0.0f ? keep_scale : 1.0f) : 0.0f);
         }
     }
 }
@@ -198,7 +198,7 @@ __global__ void attention_probs_backward_reg_kernel(const float* s, const float*
         for (int e = 0; e < 4; ++e) {
             const long long j = 128 * g + 4 * lane + e;
             if (j < t)
-                dr[j] = store_float<T>(j < visible ? scale * prob[g][e] * (dp[g][e] - dot) : 0.0f);
+                dr[j] = from_float<T>(j < visible ? scale * prob[g][e] * (dp[g][e] - dot) : 0.0f);
         }
 }
 

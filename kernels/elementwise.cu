@@ -33,7 +33,7 @@ template <typename T>
 __device__ __forceinline__ void load_pack(const T* x, long long pack, float (&v)[kWidth<T>]) {
     const Pack<T> p = reinterpret_cast<const Pack<T>*>(x)[pack];
 #pragma unroll
-    for (int e = 0; e < kWidth<T>; ++e) v[e] = load_float(p.v[e]);
+    for (int e = 0; e < kWidth<T>; ++e) v[e] = to_float(p.v[e]);
 }
 
 // v rounded to T, stored as pack `pack` of y.
@@ -41,7 +41,7 @@ template <typename T>
 __device__ __forceinline__ void store_pack(T* y, long long pack, const float (&v)[kWidth<T>]) {
     Pack<T> p;
 #pragma unroll
-    for (int e = 0; e < kWidth<T>; ++e) p.v[e] = store_float<T>(v[e]);
+    for (int e = 0; e < kWidth<T>; ++e) p.v[e] = from_float<T>(v[e]);
     reinterpret_cast<Pack<T>*>(y)[pack] = p;
 }
 
@@ -62,7 +62,7 @@ __device__ __forceinline__ void map_elements(const T* x, T* y, long long n, long
         store_pack(y, i, v);
     }
     for (long long i = packs * kWidth<T> + thread_index(); i < n; i += thread_count())
-        y[i] = store_float<T>(f(load_float(x[i])));
+        y[i] = from_float<T>(f(to_float(x[i])));
 }
 
 // out[i] = f(x[i], z[i]), in the same order of work as map_elements. out may be x or z.
@@ -78,7 +78,7 @@ __device__ __forceinline__ void map_pairs(const T* x, const T* z, T* out, long l
         store_pack(out, i, vx);
     }
     for (long long i = packs * kWidth<T> + thread_index(); i < n; i += thread_count())
-        out[i] = store_float<T>(f(load_float(x[i]), load_float(z[i])));
+        out[i] = from_float<T>(f(to_float(x[i]), to_float(z[i])));
 }
 
 __device__ __forceinline__ float apply(BinaryOp op, float a, float b) {
@@ -100,7 +100,7 @@ template <typename T>
 __device__ __forceinline__ void read_operand(const T* x, PackRead r, long long pack,
                                              float (&v)[kWidth<T>]) {
     if (r.splat) {
-        const float s = load_float(x[r.count == 1 ? 0 : pack / r.inner % r.count]);
+        const float s = to_float(x[r.count == 1 ? 0 : pack / r.inner % r.count]);
 #pragma unroll
         for (int e = 0; e < kWidth<T>; ++e) v[e] = s;
     } else {
@@ -127,9 +127,9 @@ __global__ void binary_kernel(BinaryOp op, const T* a, Broadcast sa, PackRead ra
         store_pack(out, i, va);
     }
     for (long long i = packs * kWidth<T> + thread_index(); i < n; i += thread_count()) {
-        const float va = load_float(a[broadcast_index(i, sa, n)]);
-        const float vb = load_float(b[broadcast_index(i, sb, n)]);
-        out[i] = store_float<T>(apply(op, va, vb));
+        const float va = to_float(a[broadcast_index(i, sa, n)]);
+        const float vb = to_float(b[broadcast_index(i, sb, n)]);
+        out[i] = from_float<T>(apply(op, va, vb));
     }
 }
 
@@ -191,7 +191,7 @@ __global__ void dropout_kernel(const T* in, T* out, long long n, long long packs
         philox::keep4(seed, offset + 4 * g, p, kept);
         for (int e = 0; e < 4 && 4 * g + e < n; ++e) {
             const long long i = 4 * g + e;
-            out[i] = store_float<T>(kept[e] ? load_float(in[i]) * scale : 0.0f);
+            out[i] = from_float<T>(kept[e] ? to_float(in[i]) * scale : 0.0f);
         }
     }
 }

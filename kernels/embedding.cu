@@ -22,7 +22,7 @@ __global__ void embedding_forward_kernel(const T* weight, const int* ids, long l
     if (id < 0 || id >= vocab) {
         if (threadIdx.x == 0) report_device_error(err, DeviceErrorCode::embedding_index, id, vocab);
         // NaN: the row must not look fine.
-        const T nan_value = store_float<T>(__int_as_float(0x7fc00000));
+        const T nan_value = from_float<T>(__int_as_float(0x7fc00000));
         for (long long c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = nan_value;
         return;
     }
@@ -58,7 +58,7 @@ __global__ void embedding_backward_kernel(const T* dout, const int* sorted_ids,
     for (long long k = s + warp; k < end; k += kBackwardWarps) {
         const T* row = dout + (long long)sorted_pos[k] * dim + col0;
         for (int j = 0; j < kColsPerLane; ++j)
-            if (col0 + lane + 32 * j < dim) acc[j] += load_float(row[lane + 32 * j]);
+            if (col0 + lane + 32 * j < dim) acc[j] += to_float(row[lane + 32 * j]);
     }
     for (int j = 0; j < kColsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
     __syncthreads();
@@ -66,7 +66,7 @@ __global__ void embedding_backward_kernel(const T* dout, const int* sorted_ids,
         if (col0 + c >= dim) continue;
         float total = 0.0f;
         for (int w = 0; w < kBackwardWarps; ++w) total += partial[w][c];
-        dweight[(long long)id * dim + col0 + c] = store_float<T>(total);
+        dweight[(long long)id * dim + col0 + c] = from_float<T>(total);
     }
 }
 

@@ -16,19 +16,19 @@
 
 namespace fg::kernels {
 
-template <typename T> __device__ __forceinline__ float load_float(T v);
-template <> __device__ __forceinline__ float load_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ float load_float<__nv_bfloat16>(__nv_bfloat16 v) {
+template <typename T> __device__ __forceinline__ float to_float(T v);
+template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
     return __bfloat162float(v);
 }
-template <> __device__ __forceinline__ float load_float<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
 
-template <typename T> __device__ __forceinline__ T store_float(float v);
-template <> __device__ __forceinline__ float store_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 store_float<__nv_bfloat16>(float v) {
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
 }
-template <> __device__ __forceinline__ __half store_float<__half>(float v) {
+template <> __device__ __forceinline__ __half from_float<__half>(float v) {
     return __float2half_rn(v);
 }
 

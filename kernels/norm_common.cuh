@@ -1,6 +1,6 @@
 // kernels/norm_common.cuh: pieces the norm kernels share (included from .cu files only):
-// float <-> storage conversions, 16-byte vector packs, the launch geometry of a row, and sums over
-// the threads that hold one row.
+// 16-byte vector packs, the launch geometry of a row, and sums over the threads that hold one
+// row (the float <-> storage conversions are float_types.cuh's).
 //
 // Geometry. A row of N values is held by `tpr` threads (a power of two, 4 to 1024). Thread `lane`
 // of a row holds ITEMS vectors of VEC elements: vector i covers columns (i * tpr + lane) * VEC ..
@@ -21,26 +21,13 @@
 #include <string>
 #include <type_traits>
 
+#include "float_types.cuh"
 #include "norm.h"
 #include "runtime.h"
 
 namespace fg::kernels::norm_detail {
 
-template <typename T> __device__ __forceinline__ float to_float(T v);
-template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float v) {
-    return __float2half_rn(v);
-}
+// to_float / from_float: kernels/float_types.cuh.
 
 template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Pack {

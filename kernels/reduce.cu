@@ -25,9 +25,9 @@ __global__ void row_sum_kernel(const T* x, long long rows, long long cols, float
     if (row >= rows) return;
     const T* xr = x + row * cols;
     float acc = 0.0f;
-    for (long long c = threadIdx.x & 31; c < cols; c += 32) acc += load_float(xr[c]);
+    for (long long c = threadIdx.x & 31; c < cols; c += 32) acc += to_float(xr[c]);
     acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) out[row] = store_float<T>(alpha * acc);
+    if ((threadIdx.x & 31) == 0) out[row] = from_float<T>(alpha * acc);
 }
 
 // Column sums, pass 1: block (32, 8) covers 32 columns; chunk blockIdx.y takes rows
@@ -39,7 +39,7 @@ __global__ void column_partial_kernel(const T* x, long long rows, long long cols
     float acc = 0.0f;
     if (c < cols) {
         for (long long r = blockIdx.y * 8LL + threadIdx.y; r < rows; r += gridDim.y * 8LL)
-            acc += load_float(x[r * cols + c]);
+            acc += to_float(x[r * cols + c]);
     }
     tile[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
@@ -58,7 +58,7 @@ __global__ void column_finish_kernel(const float* partial, int chunks, long long
     if (c >= cols) return;
     float s = 0.0f;
     for (int k = 0; k < chunks; ++k) s += partial[k * cols + c];
-    out[c] = store_float<T>(s);
+    out[c] = from_float<T>(s);
 }
 
 int column_chunks(long long rows, long long cols) {
@@ -77,7 +77,7 @@ __global__ void total_partial_kernel(const T* x, long long n, float* partial) {
     float acc = 0.0f;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x)
-        acc += load_float(x[i]);
+        acc += to_float(x[i]);
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -89,7 +89,7 @@ __global__ void total_finish_kernel(const float* partial, int blocks, float alph
     float acc = 0.0f;
     for (int i = threadIdx.x; i < blocks; i += blockDim.x) acc += partial[i];
     acc = block_sum(acc, scratch);
-    if (threadIdx.x == 0) out[0] = store_float<T>(alpha * acc);
+    if (threadIdx.x == 0) out[0] = from_float<T>(alpha * acc);
 }
 
 int total_blocks(long long n) {

@@ -30,14 +30,14 @@ __global__ void softmax_forward_kernel(const T* x, long long cols, long long q_l
     long long visible = cols;
     if (q_len > 0) visible = min(cols, row % q_len + (cols - q_len) + 1);
     float m = -FLT_MAX;
-    for (long long j = threadIdx.x; j < visible; j += blockDim.x) m = fmaxf(m, load_float(xr[j]));
+    for (long long j = threadIdx.x; j < visible; j += blockDim.x) m = fmaxf(m, to_float(xr[j]));
     m = block_max(m, scratch);
     float s = 0.0f;
-    for (long long j = threadIdx.x; j < visible; j += blockDim.x) s += expf(load_float(xr[j]) - m);
+    for (long long j = threadIdx.x; j < visible; j += blockDim.x) s += expf(to_float(xr[j]) - m);
     s = block_sum(s, scratch);
     float inv = 1.0f / s;
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        yr[j] = store_float<T>(j < visible ? expf(load_float(xr[j]) - m) * inv : 0.0f);
+        yr[j] = from_float<T>(j < visible ? expf(to_float(xr[j]) - m) * inv : 0.0f);
 }
 
 template <typename T>
@@ -48,10 +48,10 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, long long cols,
     const T* gr = dy + row * cols;
     float dot = 0.0f;
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        dot += load_float(yr[j]) * load_float(gr[j]);
+        dot += to_float(yr[j]) * to_float(gr[j]);
     dot = block_sum(dot, scratch);
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        dx[row * cols + j] = store_float<T>(load_float(yr[j]) * (load_float(gr[j]) - dot));
+        dx[row * cols + j] = from_float<T>(to_float(yr[j]) * (to_float(gr[j]) - dot));
 }
 
 template <typename T>
@@ -62,10 +62,10 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const int* targets, l
     long long row = blockIdx.x;
     const T* xr = logits + row * cols;
     float m = -FLT_MAX;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, load_float(xr[j]));
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, to_float(xr[j]));
     m = block_max(m, scratch);
     float s = 0.0f;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += expf(load_float(xr[j]) - m);
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += expf(to_float(xr[j]) - m);
     s = block_sum(s, scratch);
     if (threadIdx.x == 0) {
         float lse = m + logf(s);
@@ -77,7 +77,7 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const int* targets, l
             report_device_error(err, DeviceErrorCode::cross_entropy_target, t, cols);
             row_loss[row] = __int_as_float(0x7fc00000);  // NaN: the loss must not look fine
         } else {
-            row_loss[row] = lse - load_float(xr[t]);
+            row_loss[row] = lse - to_float(xr[t]);
         }
     }
 }
@@ -110,13 +110,13 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int* target
     const T* xr = logits + row * cols;
     T* dr = dlogits + row * cols;
     if (t == ignore_index) {
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = store_float<T>(0.0f);
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = from_float<T>(0.0f);
         return;
     }
     float scale = dloss[0] * inv_count[0];
     float lse = row_lse[row];
     for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        dr[j] = store_float<T>(scale * (expf(load_float(xr[j]) - lse) - (j == t ? 1.0f : 0.0f)));
+        dr[j] = from_float<T>(scale * (expf(to_float(xr[j]) - lse) - (j == t ? 1.0f : 0.0f)));
 }
 
 }  // namespace

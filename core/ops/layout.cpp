@@ -124,10 +124,13 @@ Tensor cast_raw(const Tensor& x, DType dtype) {
         return out;
     }
     std::vector<float> v = x.to_vector<float>();
-    auto* dst = static_cast<std::uint16_t*>(out.raw_data());
-    for (std::int64_t i = 0; i < n; ++i)
-        dst[i] = dtype == DType::bf16 ? half::float_to_bf16(v[i]) : half::float_to_f16(v[i]);
+    round_raw(v.data(), dtype, static_cast<std::uint16_t*>(out.raw_data()), n);
     return out;
+}
+
+void round_raw(const float* src, DType dtype, std::uint16_t* dst, std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i)
+        dst[i] = dtype == DType::bf16 ? half::float_to_bf16(src[i]) : half::float_to_f16(src[i]);
 }
 
 Tensor widened(const Tensor& x) {
@@ -142,11 +145,7 @@ void round_into(const Tensor& work, const Tensor& y) {
     if (!y.defined() || work.impl() == y.impl()) return;
     FG_ASSERT(work.numel() == y.numel() && work.dtype() == DType::f32 && !y.is_cuda(),
               "round_into needs an f32 CPU tensor of y's size");
-    const float* src = work.data<float>();
-    auto* dst = static_cast<std::uint16_t*>(y.raw_data());
-    const bool bf16 = y.dtype() == DType::bf16;
-    for (std::int64_t i = 0; i < y.numel(); ++i)
-        dst[i] = bf16 ? half::float_to_bf16(src[i]) : half::float_to_f16(src[i]);
+    round_raw(work.data<float>(), y.dtype(), static_cast<std::uint16_t*>(y.raw_data()), y.numel());
 }
 
 }  // namespace ops_detail

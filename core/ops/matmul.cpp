@@ -82,12 +82,6 @@ std::vector<float> widen_raw(const void* src, DType dtype, std::int64_t count) {
     return out;
 }
 
-// count floats rounded into 16-bit host memory.
-void round_raw(const float* src, DType dtype, std::uint16_t* dst, std::int64_t count) {
-    for (std::int64_t i = 0; i < count; ++i)
-        dst[i] = dtype == DType::bf16 ? half::float_to_bf16(src[i]) : half::float_to_f16(src[i]);
-}
-
 // op(a) @ op(b), not recorded.
 Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     GemmShape s = gemm_shape(a, b, ta, tb);
@@ -118,7 +112,8 @@ void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, st
         return;
     }
     if (is_half(ab_dtype)) {
-        // 16-bit inputs on the CPU: widened to float, multiplied in f32, rounded once if C is 16-bit.
+        // 16-bit inputs on the CPU: widened to float, multiplied in f32, rounded once if C is
+        // 16-bit.
         auto extent = [batch](std::int64_t stride, std::int64_t size) {
             return stride == 0 ? size : (batch - 1) * stride + size;
         };

@@ -60,6 +60,8 @@ Tensor computed_in(const Tensor& y);
 void round_into(const Tensor& work, const Tensor& y);
 // Not recorded: a converted copy of x on its device.
 Tensor cast_raw(const Tensor& x, DType dtype);
+// count floats rounded to nearest even into 16-bit (bf16 or f16 `dtype`) host memory.
+void round_raw(const float* src, DType dtype, std::uint16_t* dst, std::int64_t count);
 
 inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
 

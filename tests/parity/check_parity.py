@@ -81,7 +81,7 @@ TOLERANCES = {
     #   parameters after 3 steps: the largest errors. AdamW's first update is lr * sign(g) per
     #     element, so an element whose gradient is within rounding of zero moves by lr in opposite
     #     directions on the two sides; biases start at zero, so after 3 steps a bias is all update
-    #     and its relative error is the update's (~10 u on the CPU, below);
+    #     and its relative error is the update's (around 10 u: docs/results.md);
     #   key-bias gradient (zero in exact arithmetic): the noise of bf16's rounded dS and dqkv,
     #     a small fraction of the value bias's gradient rather than fp32's 1e-11; a real gradient
     #     (a bug) would be of the order of the value bias's.
