@@ -6,6 +6,8 @@
 #   2. a full disk, simulated with a file-size limit (ulimit -f; SIGXFSZ ignored, so writes fail
 #      with EFBIG as they would with ENOSPC): the save fails with a message, the last good
 #      checkpoint survives, and resuming without the limit finishes with the same weights.
+#   3. SIGTERM (what a scheduler sends before it kills) saves a checkpoint, then exits, as Ctrl-C.
+#   4. `eval` of a text run whose data file changed since is refused, naming vocab.txt.
 # usage: fault_injection.sh FUSEGRAD [KILLS]
 set -uo pipefail
 bin=$1
@@ -77,3 +79,32 @@ grep -q "the last good checkpoint in '$disk' is kept" "$work/disk2.log" \
 cmp -s "$work/ref/model.safetensors" "$disk/model.safetensors" \
     || die "after the full disk the final weights differ from the uninterrupted run's"
 echo "full disk: the save failed with a message, the last checkpoint survived, resume finished"
+
+# 3. SIGTERM
+term=$work/term
+"$bin" train "$work/tiny.yaml" --set train.out_dir="$term" --set train.checkpoint_interval=100000 \
+    > "$work/term.log" 2>&1 &
+pid=$!
+sleep 0.3
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ $rc = 130 ] || die "SIGTERM: exit status $rc, expected 130 (stopped, saved)"
+[ -f "$term/checkpoint.json" ] || die "SIGTERM: no checkpoint was saved"
+grep -q "stopped at step" "$work/term.log" || die "SIGTERM: the run did not say where it stopped"
+"$bin" train --resume "$term" --max-steps 3000 > "$work/term2.log" 2>&1 \
+    || die "resuming after SIGTERM failed: $(tail -3 "$work/term2.log")"
+cmp -s "$work/ref/model.safetensors" "$term/model.safetensors" \
+    || die "after SIGTERM and resume the final weights differ from the uninterrupted run's"
+echo "SIGTERM: saved, exited 130, resumed to the same weights"
+
+# 4. eval after the data file changed
+printf 'abcabcabc abc\nbca cab\n%.0s' $(seq 50) > "$work/text.txt"
+"$bin" train "$work/tiny.yaml" --set train.out_dir="$work/text" --set data.kind=text \
+    --set data.path="$work/text.txt" --set train.steps=2 > "$work/text.log" 2>&1 \
+    || die "the text run failed: $(tail -3 "$work/text.log")"
+echo "xyz" >> "$work/text.txt"
+out=$("$bin" eval "$work/text" 2>&1) && die "eval accepted a data file with another vocabulary"
+grep -q "\[eval\] the data's vocabulary (8 tokens) is not the one in '$work/text/vocab.txt' (5 tokens)" \
+    <<< "$out" || die "eval's message: $out"
+echo "eval: a changed data file is refused"

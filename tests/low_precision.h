@@ -153,12 +153,15 @@ inline std::vector<LowPrecisionCase> low_precision_cases() {
         }
     add_case("matmul batched", [](auto& in) { return matmul(in[0], in[1]); },
              {random_f32({3, 17, 33}), random_f32({3, 33, 9})}, 1, 1);
-    add_case("matmul shared weight (Linear)", [](auto& in) { return matmul(in[0], in[1], false, true); },
+    add_case("matmul shared weight (Linear)",
+             [](auto& in) { return matmul(in[0], in[1], false, true); },
              {random_f32({4, 7, 48}), random_f32({96, 48})}, 1, 1);
     add_case("permute", [](auto& in) { return permute(in[0], {2, 0, 3, 1}); },
              {random_f32({3, 5, 4, 7})}, 0.01, 0.01);
     add_case("split_heads and merge_heads",
-             [](auto& in) { return merge_heads(mul(split_heads(in[0], 4), split_heads(in[1], 4))); },
+             [](auto& in) {
+                 return merge_heads(mul(split_heads(in[0], 4), split_heads(in[1], 4)));
+             },
              {random_f32({2, 9, 32}), random_f32({2, 9, 32})}, 1, 1);
     add_case("slice and reshape",
              [](auto& in) { return mul(in[0].slice(1, 3).reshape({2, 3, 7}), in[1]); },

@@ -3,6 +3,8 @@
 //   check_gradients:          float64 central finite differences against autograd
 //   max_abs_diff / rel_error: comparisons of results as double vectors
 //   small_gpt:                a GPTConfig of a given size (the rest left at its defaults)
+//   tiny_addition_run:        a Config that trains a tiny GPT on one-digit addition on the CPU
+//   require_resume_repeats:   a run stopped and resumed repeats the uninterrupted losses exactly
 // Every test binary turns on poisoning of new tensors (NaN bytes), so an element an op forgot to
 // write shows up as NaN.
 #pragma once
@@ -10,13 +12,18 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
 #include "models/gpt.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace fg::test {
 
@@ -29,6 +36,45 @@ inline GPTConfig small_gpt(std::int64_t vocab, std::int64_t block, std::int64_t 
     c.n_head = n_head;
     c.n_embd = n_embd;
     return c;
+}
+
+// A tiny GPT (1 layer, 16 channels) on one-digit addition, on the CPU, training in run directory
+// `dir` for `steps` steps (well under a second); `overrides` ("train.grad_accum=2", ...) change it.
+inline Config tiny_addition_run(const std::string& dir, std::int64_t steps,
+                                std::vector<std::string> overrides = {}) {
+    const std::string yaml =
+        "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 8}\n"
+        "data: {kind: addition, digits: 1}\n"
+        "optim: {lr: 1.0e-2, warmup_steps: 2}\n"
+        "train: {batch_size: 8, eval_interval: 100, eval_iters: 1, checkpoint_interval: 2,"
+        " device: cpu}\n";
+    overrides.push_back("train.steps=" + std::to_string(steps));
+    overrides.push_back("train.out_dir=" + dir);
+    return parse_config(yaml, "tiny.yaml", overrides);
+}
+
+// Trains make(full_dir) uninterrupted and make(split_dir) stopped after step `stop`, then resumed
+// from its checkpoint; requires the resumed run's losses to be the uninterrupted run's, bit for
+// bit. Both run directories are left for the caller to inspect; returns the uninterrupted run's
+// number of steps.
+inline std::size_t require_resume_repeats(const std::function<Config(const std::string&)>& make,
+                                   const std::string& full_dir, const std::string& split_dir,
+                                   std::int64_t stop) {
+    std::filesystem::remove_all(full_dir);
+    std::filesystem::remove_all(split_dir);
+    std::ostringstream log;
+    Trainer full(make(full_dir), log);
+    full.run();
+    {
+        Trainer first(make(split_dir), log);
+        first.run(stop);
+    }
+    auto second = Trainer::resume(split_dir, {}, log);
+    REQUIRE(second->step() == stop);
+    second->run();
+    std::vector<double> tail(full.losses().begin() + stop, full.losses().end());
+    REQUIRE(second->losses() == tail);  // exact equality: same bits
+    return full.losses().size();
 }
 
 inline Generator& test_generator() {

@@ -41,6 +41,14 @@ TEST_CASE("16-bit ops keep their dtype, and the loss is f32", "[low_precision]")
     CHECK(lin.bias.grad().dtype() == DType::f32);
 }
 
+TEST_CASE("a GPT's compute dtype must be a floating type the kernels take", "[low_precision]") {
+    GPTConfig c = test::small_gpt(11, 8, 1, 2, 16);
+    c.compute_dtype = DType::f64;
+    Generator gen(1);
+    REQUIRE_THROWS_WITH(GPT(c, gen),
+                        Contains("[gpt] compute dtype must be f32, bf16 or f16, got f64"));
+}
+
 TEST_CASE("train.precision, and kernels.tf32 read as its alias", "[low_precision][config]") {
     CHECK(parse_config("", "empty.yaml").train.precision == "fp32");
     CHECK(parse_config("train: {precision: bf16}", "x.yaml").train.precision == "bf16");
@@ -66,14 +74,10 @@ TEST_CASE("train.precision, and kernels.tf32 read as its alias", "[low_precision
 namespace {
 
 Config addition_run(const std::string& dir, const std::string& precision, std::int64_t steps) {
-    std::string yaml =
-        "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 8, dropout: 0.1}\n"
-        "data: {kind: addition, digits: 1}\n"
-        "optim: {lr: 1.0e-2, warmup_steps: 2}\n"
-        "train: {steps: " + std::to_string(steps) + ", batch_size: 16, grad_accum: 2, "
-        "eval_interval: 100, eval_iters: 1, checkpoint_interval: 100, device: cpu, "
-        "precision: " + precision + ", out_dir: " + dir + "}\n";
-    return parse_config(yaml, precision + ".yaml");
+    return test::tiny_addition_run(dir, steps,
+                                   {"model.n_layer=2", "model.n_embd=32", "model.dropout=0.1",
+                                    "train.batch_size=16", "train.grad_accum=2",
+                                    "train.checkpoint_interval=100", "train.precision=" + precision});
 }
 
 }  // namespace
@@ -109,18 +113,7 @@ TEST_CASE("a GPT trained in bf16 on the CPU follows the fp32 run", "[low_precisi
 }
 
 TEST_CASE("a bf16 run resumes bit for bit", "[low_precision][trainer]") {
-    fs::remove_all("/tmp/fg_bf16_full");
-    fs::remove_all("/tmp/fg_bf16_split");
-    std::ostringstream log;
-    Trainer full(addition_run("/tmp/fg_bf16_full", "bf16", 8), log);
-    full.run();
-    {
-        Trainer first(addition_run("/tmp/fg_bf16_split", "bf16", 8), log);
-        first.run(5);
-    }
-    auto second = Trainer::resume("/tmp/fg_bf16_split", {}, log);
-    REQUIRE(second->step() == 5);
-    second->run();
-    std::vector<double> tail(full.losses().begin() + 5, full.losses().end());
-    REQUIRE(second->losses() == tail);
+    test::require_resume_repeats(
+        [](const std::string& dir) { return addition_run(dir, "bf16", 8); }, "/tmp/fg_bf16_full",
+        "/tmp/fg_bf16_split", 5);
 }

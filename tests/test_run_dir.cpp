@@ -3,6 +3,7 @@
 // before it is loaded; leftovers of an interrupted save block nothing; a non-finite loss stops the
 // run before it spoils the weights. The kill -9 and full-disk tests are tests/fault_injection.sh.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -21,12 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 Config tiny(const std::string& dir, std::int64_t steps) {
-    std::string yaml =
-        "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 8}\n"
-        "data: {kind: addition, digits: 1}\n"
-        "train: {steps: " + std::to_string(steps) + ", batch_size: 8, eval_interval: 100,"
-        " eval_iters: 1, checkpoint_interval: 2, device: cpu, out_dir: " + dir + "}\n";
-    return parse_config(yaml, "tiny.yaml");
+    return test::tiny_addition_run(dir, steps);
 }
 
 // Every file under dir (recursively) and its bytes.
@@ -50,6 +46,28 @@ std::string run_once(const std::string& dir, std::int64_t steps) {
 
 std::string checkpoint_file(const std::string& dir, const std::string& name) {
     return (fs::path(dir) / verified_checkpoint(dir).folder / name).string();
+}
+
+// Loads dir's checkpoint, lets `edit` change it, and commits the result as `step` (so every
+// checksum is right: what is wrong is only what edit did).
+using CheckpointEdit = std::function<void(SafetensorsFile& model, SafetensorsFile& state)>;
+void commit_edited(const std::string& dir, std::int64_t step, const CheckpointEdit& edit) {
+    SafetensorsFile model = load_safetensors(checkpoint_file(dir, "model.safetensors"));
+    SafetensorsFile state = load_safetensors(checkpoint_file(dir, "train_state.safetensors"));
+    edit(model, state);
+    fs::create_directories(partial_folder(dir));
+    save_safetensors(partial_folder(dir) + "/model.safetensors", model.tensors, model.metadata);
+    save_safetensors(partial_folder(dir) + "/train_state.safetensors", state.tensors,
+                     state.metadata);
+    commit_checkpoint(dir, step);
+}
+
+// The tensors of `file` without the one named `name`.
+void drop(SafetensorsFile& file, const std::string& name) {
+    std::vector<std::pair<std::string, Tensor>> kept;
+    for (auto& [n, t] : file.tensors)
+        if (n != name) kept.emplace_back(n, t);
+    file.tensors = kept;
 }
 
 }  // namespace
@@ -107,9 +125,9 @@ TEST_CASE("a damaged checkpoint is refused, naming the file and what is wrong", 
     { std::ofstream(dir + "/checkpoint.json") << "{\"step\": 4"; }
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
                         Contains("checkpoint.json' is corrupt"));
-    { std::ofstream(dir + "/checkpoint.json") << "{\"step\": -1, \"folder\": \"x\", \"files\": {}}"; }
+    std::ofstream(dir + "/checkpoint.json") << R"({"step": -1, "folder": "x", "files": {}})";
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("names step -1"));
-    { std::ofstream(dir + "/checkpoint.json") << "{\"step\": 1, \"folder\": \"../etc\", \"files\": {}}"; }
+    std::ofstream(dir + "/checkpoint.json") << R"({"step": 1, "folder": "../etc", "files": {}})";
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("not one in checkpoints/"));
     // No manifest at all.
     fresh();
@@ -135,17 +153,78 @@ TEST_CASE("files of two steps, or an incomplete optimizer state, are not one che
                             Contains("they are not one checkpoint"));
     // An optimizer state without one of AdamW's moments.
     const std::string c = run_once("/tmp/fg_rd_moments", 2);
-    SafetensorsFile state = load_safetensors(checkpoint_file(c, "train_state.safetensors"));
-    std::vector<std::pair<std::string, Tensor>> kept;
-    for (auto& [name, t] : state.tensors)
-        if (name != "transformer.wte.weight.exp_avg_sq") kept.emplace_back(name, t);
-    fs::create_directories(partial_folder(c));
-    fs::copy_file(checkpoint_file(c, "model.safetensors"), partial_folder(c) + "/model.safetensors");
-    save_safetensors(partial_folder(c) + "/train_state.safetensors", kept, state.metadata);
-    commit_checkpoint(c, 2);
+    commit_edited(c, 2, [](SafetensorsFile&, SafetensorsFile& state) {
+        drop(state, "transformer.wte.weight.exp_avg_sq");
+    });
     REQUIRE_THROWS_WITH(Trainer::resume(c, {}, log),
                         Contains("has no 'transformer.wte.weight.exp_avg_sq'") &&
                             Contains("the optimizer state is incomplete"));
+}
+
+TEST_CASE("a checkpoint whose parts do not fit the run is refused by name", "[run_dir]") {
+    std::ostringstream log;
+    const std::string dir = "/tmp/fg_rd_parts";
+    const std::vector<std::tuple<std::int64_t, CheckpointEdit, std::string>> cases{
+        {4, [](SafetensorsFile&, SafetensorsFile&) {},
+         "train_state.safetensors' is from step 2, the manifest says 4"},
+        {2, [](SafetensorsFile& m, SafetensorsFile&) { drop(m, "transformer.ln_f.weight"); },
+         "model.safetensors' has no tensor 'transformer.ln_f.weight'"},
+        {2,
+         [](SafetensorsFile& m, SafetensorsFile&) {
+             for (auto& [n, t] : m.tensors)
+                 if (n == "transformer.ln_f.weight") t = t.to(DType::bf16);
+         },
+         "'transformer.ln_f.weight' is bf16, the master weights are f32"},
+        {2,
+         [](SafetensorsFile&, SafetensorsFile& st) {
+             for (auto& [n, t] : st.tensors)
+                 if (n == "transformer.ln_f.weight.exp_avg") t = t.to(DType::f64);
+         },
+         "'transformer.ln_f.weight.exp_avg' is f64, not f32"},
+        {2, [](SafetensorsFile&, SafetensorsFile& st) { st.metadata["optimizer"] = "sgd"; },
+         "was written by another optimizer than optim.name = adamw"},
+    };
+    for (const auto& [step, edit, expected] : cases) {
+        INFO(expected);
+        run_once(dir, 2);
+        commit_edited(dir, step, edit);
+        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(expected));
+    }
+    // A manifest that lists only the weights.
+    run_once(dir, 2);
+    fs::create_directories(partial_folder(dir));
+    fs::copy_file(checkpoint_file(dir, "model.safetensors"),
+                  partial_folder(dir) + "/model.safetensors");
+    commit_checkpoint(dir, 2);
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("the checkpoint of step 2 in '" + dir +
+                                 "' has no train_state.safetensors"));
+    // A run directory without its vocabulary.
+    run_once(dir, 2);
+    fs::remove(dir + "/vocab.txt");
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("[resume] '" + dir + "' has no vocab.txt"));
+}
+
+TEST_CASE("a new run refuses another run's metrics, and a failed best save says so",
+          "[run_dir]") {
+    const std::string dir = "/tmp/fg_rd_new";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/metrics.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n";
+    std::ostringstream log;
+    REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
+                        Contains("already holds a run (metrics.jsonl)"));
+    // best.safetensors cannot be written (a folder is in its place): the run stops and says the
+    // last checkpoint stays.
+    fs::remove_all(dir);
+    fs::create_directories(dir + "/best.safetensors");
+    Config c = tiny(dir, 4);
+    c.train.eval_interval = 2;
+    Trainer t(c, log);
+    REQUIRE_THROWS_WITH(t.run(),
+                        Contains("[checkpoint] saving the best weights at step 2 failed") &&
+                            Contains("the last good checkpoint in '" + dir + "' is kept"));
 }
 
 TEST_CASE("leftovers of an interrupted save block nothing", "[run_dir]") {
@@ -197,24 +276,23 @@ TEST_CASE("damaged train_state metadata is named, not 'stoull' or 'map::at'", "[
              {"step", "-1", "metadata 'step' is '-1', not a whole number >= 0"},
              {"data_offset", "12x", "metadata 'data_offset' is '12x', not a whole number >= 0"},
              {"dropout_seed", "", "lacks 'dropout_seed' in its metadata"},
-             {"best_val", "low", "best_val is 'low', not a number"}}) {
+             {"best_val", "low", "best_val is 'low', not a number"},
+             {"best_val", "", "lacks 'best_val'"}}) {
         INFO(key << " = [" << value << "]");
         const std::string dir = run_once("/tmp/fg_rd_meta", 2);
-        SafetensorsFile state = load_safetensors(checkpoint_file(dir, "train_state.safetensors"));
-        if (value.empty()) state.metadata.erase(key);
-        else state.metadata[key] = value;
-        fs::create_directories(partial_folder(dir));
-        fs::copy_file(checkpoint_file(dir, "model.safetensors"),
-                      partial_folder(dir) + "/model.safetensors");
-        save_safetensors(partial_folder(dir) + "/train_state.safetensors", state.tensors,
-                         state.metadata);
-        commit_checkpoint(dir, 2);
+        const std::string k = key, v = value;  // (C++17 lambdas cannot capture bindings)
+        commit_edited(dir, 2, [&k, &v](SafetensorsFile&, SafetensorsFile& state) {
+            if (v.empty()) state.metadata.erase(k);
+            else state.metadata[k] = v;
+        });
         REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(expected));
     }
 }
 
 TEST_CASE("a shape too large to count is an error, not an overflow", "[run_dir][errors]") {
     REQUIRE_THROWS_WITH(shape_numel({std::int64_t{1} << 62, 8}),
-                        Contains("[tensor] shape") && Contains("more elements than a 64-bit count"));
-    REQUIRE_THROWS_WITH(shape_numel({3, -2}), Contains("[tensor] shape (3, -2) has a negative dim"));
+                        Contains("[tensor] shape") &&
+                            Contains("more elements than a 64-bit count"));
+    REQUIRE_THROWS_WITH(shape_numel({3, -2}),
+                        Contains("[tensor] shape (3, -2) has a negative dim"));
 }

@@ -114,4 +114,9 @@ TEST_CASE("safetensors writes and headers that cannot be right", "[checkpoint][e
     REQUIRE_THROWS_WITH(load_safetensors(with_header(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}})")),
                         Contains("tensor 'w' of shape (3) needs 12 bytes, the header gives 16"));
     REQUIRE_THROWS_WITH(load_safetensors(with_header(R"([1, 2])")), Contains("has a corrupt header: not an object"));
+    REQUIRE_THROWS_WITH(
+        load_safetensors(with_header(R"({"w": {"dtype": "F32", "shape": ["a"], "data_offsets": [0, 4]}})")),
+        Contains("tensor 'w' has a malformed entry"));
+    REQUIRE_THROWS_WITH(load_safetensors("/tmp"),
+                        Contains("[checkpoint] '/tmp' is a directory, not a safetensors file"));
 }

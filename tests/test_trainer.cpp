@@ -19,24 +19,17 @@ namespace fs = std::filesystem;
 namespace {
 
 Config tiny_run(const std::string& dir, std::int64_t steps) {
-    std::string yaml =
-        "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 8, dropout: 0.1}\n"
-        "data: {kind: addition, digits: 1}\n"
-        "optim: {lr: 1.0e-2, warmup_steps: 2}\n"
-        "train: {steps: " + std::to_string(steps) + ", batch_size: 8, grad_accum: 2, eval_interval: 4,"
-        " eval_iters: 2, checkpoint_interval: 3, device: cpu, out_dir: " + dir + "}\n";
-    return parse_config(yaml, "tiny.yaml");
+    return test::tiny_addition_run(dir, steps,
+                                   {"model.dropout=0.1", "train.grad_accum=2",
+                                    "train.eval_interval=4", "train.eval_iters=2",
+                                    "train.checkpoint_interval=3"});
 }
 
 }  // namespace
 
 TEST_CASE("a resumed run repeats the uninterrupted losses bit for bit", "[trainer]") {
-    fs::remove_all("/tmp/fg_run_full");
-    fs::remove_all("/tmp/fg_run_split");
-    std::ostringstream log;
-    Trainer full(tiny_run("/tmp/fg_run_full", 10), log);
-    full.run();
-    REQUIRE(full.losses().size() == 10);
+    REQUIRE(test::require_resume_repeats([](const std::string& dir) { return tiny_run(dir, 10); },
+                                         "/tmp/fg_run_full", "/tmp/fg_run_split", 6) == 10);
     for (const char* f : {"config.yaml", "vocab.txt", "model.safetensors", "best.safetensors",
                           "checkpoint.json", "metrics.jsonl", "loss_curve.svg"})
         REQUIRE(fs::exists(fs::path("/tmp/fg_run_full") / f));
@@ -53,15 +46,6 @@ TEST_CASE("a resumed run repeats the uninterrupted losses bit for bit", "[traine
     std::size_t lines = 0;
     for (std::size_t at = both.find("<polyline"); at != std::string::npos; at = both.find("<polyline", at + 1)) ++lines;
     REQUIRE(lines == 4);
-    {
-        Trainer first(tiny_run("/tmp/fg_run_split", 10), log);
-        first.run(6);  // interrupted at step 6: a checkpoint there
-    }
-    auto second = Trainer::resume("/tmp/fg_run_split", {}, log);
-    REQUIRE(second->step() == 6);
-    second->run();
-    std::vector<double> tail(full.losses().begin() + 6, full.losses().end());
-    REQUIRE(second->losses() == tail);  // exact equality: same bits
 }
 
 TEST_CASE("trainer bad inputs: an error, and nothing half-written", "[trainer][errors]") {

@@ -291,7 +291,8 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
         }
     }
     step_ = saved_step_ = static_cast<std::int64_t>(step);
-    opt_->set_steps(static_cast<std::int64_t>(metadata_number(state, state_path, "optimizer_steps")));
+    opt_->set_steps(
+        static_cast<std::int64_t>(metadata_number(state, state_path, "optimizer_steps")));
     data_gen_.set_state(metadata_number(state, state_path, "data_seed"),
                         metadata_number(state, state_path, "data_offset"));
     default_generator().set_state(metadata_number(state, state_path, "dropout_seed"),
