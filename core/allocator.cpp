@@ -3,6 +3,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
+#include <unistd.h>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -17,18 +20,13 @@ constexpr std::size_t kSmallGranule = 512;
 constexpr std::size_t kLargeGranule = 2u << 20;
 constexpr std::size_t kLargeThreshold = 1u << 20;
 
-std::size_t round_size(std::size_t bytes) {
-    if (bytes == 0) bytes = 1;
-    std::size_t granule = bytes < kLargeThreshold ? kSmallGranule : kLargeGranule;
-    return (bytes + granule - 1) / granule * granule;
-}
 
 class Pool {
 public:
     explicit Pool(Device device) : device_(device) {}
 
     void* allocate(std::size_t bytes) {
-        std::size_t size = round_size(bytes);
+        std::size_t size = allocation_size(bytes);
         std::lock_guard<std::mutex> lock(mutex_);
         ++stats_.allocations;
         void* ptr = nullptr;
@@ -59,7 +57,7 @@ public:
 
     void deallocate(void* ptr, std::size_t bytes) noexcept {
         if (!ptr) return;
-        std::size_t size = round_size(bytes);
+        std::size_t size = allocation_size(bytes);
         std::lock_guard<std::mutex> lock(mutex_);
         stats_.bytes_in_use -= size;
         if (device_ == Device::cpu) {  // host memory is cheap to get back: no cache
@@ -122,18 +120,42 @@ Pool& pool(Device device) {
 
 }  // namespace
 
+std::size_t allocation_size(std::size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    std::size_t granule = bytes < kLargeThreshold ? kSmallGranule : kLargeGranule;
+    return (bytes + granule - 1) / granule * granule;
+}
+
 void* allocate_bytes(Device device, std::size_t bytes) { return pool(device).allocate(bytes); }
 void free_bytes(Device device, void* ptr, std::size_t bytes) noexcept {
     pool(device).deallocate(ptr, bytes);
 }
 MemoryStats memory_stats(Device device) { return pool(device).stats(); }
 void reset_peak_memory(Device device) { pool(device).reset_peak(); }
+
+std::size_t available_memory(Device device) {
+    if (device == Device::cuda) {
+        MemoryStats s = memory_stats(device);
+        return cuda_backend("memory").free_bytes() + (s.bytes_reserved - s.bytes_in_use);
+    }
+    // /proc/meminfo's "MemAvailable:   123456 kB" (Linux); elsewhere the free physical pages.
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    std::size_t kib = 0;
+    while (meminfo >> key >> kib) {
+        if (key == "MemAvailable:") return kib * 1024;
+        meminfo.ignore(64, '\n');
+    }
+    return static_cast<std::size_t>(sysconf(_SC_AVPHYS_PAGES)) *
+           static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
 void empty_cuda_cache() { pool(Device::cuda).release_cached(); }
 
 std::string format_bytes(std::size_t bytes) {
     char buf[64];
     double b = static_cast<double>(bytes);
-    if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
     else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
     else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
     else std::snprintf(buf, sizeof buf, "%zu B", bytes);

@@ -24,9 +24,15 @@ struct MemoryStats {
 };
 
 void* allocate_bytes(Device device, std::size_t bytes);
+// What a request of `bytes` occupies: its size rounded up to the allocator's granule.
+std::size_t allocation_size(std::size_t bytes);
 void free_bytes(Device device, void* ptr, std::size_t bytes) noexcept;
 
 MemoryStats memory_stats(Device device);
+// What a new allocation on `device` can still get: on the CPU the kernel's MemAvailable (free
+// memory plus reclaimable caches); on CUDA the driver's free memory plus this allocator's cached,
+// unused blocks.
+std::size_t available_memory(Device device);
 void reset_peak_memory(Device device);
 // Returns every cached, unused CUDA block to the driver.
 void empty_cuda_cache();

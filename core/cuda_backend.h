@@ -31,6 +31,7 @@ public:
     // and then surface any error a kernel recorded (see kernels/runtime.h) as an fg::Error.
     virtual void* malloc(std::size_t bytes) = 0;  // nullptr when out of memory
     virtual void free(void* ptr) = 0;
+    virtual std::size_t free_bytes() = 0;  // what the driver can still hand out
     virtual void copy_host_to_device(void* dst, const void* src, std::size_t bytes) = 0;
     virtual void copy_device_to_host(void* dst, const void* src, std::size_t bytes) = 0;
     virtual void copy_device_to_device(void* dst, const void* src, std::size_t bytes) = 0;

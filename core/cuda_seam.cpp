@@ -36,6 +36,7 @@ public:
     }
     void* malloc(std::size_t bytes) override { return k::device_malloc(bytes); }
     void free(void* ptr) override { k::device_free(ptr); }
+    std::size_t free_bytes() override { return k::device_free_bytes(); }
     void copy_host_to_device(void* dst, const void* src, std::size_t bytes) override {
         k::copy_host_to_device(dst, src, bytes);
     }

@@ -105,6 +105,12 @@ void device_free(void* ptr) {
     if (ptr) cudaFree(ptr);
 }
 
+std::size_t device_free_bytes() {
+    std::size_t free = 0, total = 0;
+    FG_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+}
+
 void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
     if (bytes == 0) return;
     FG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));

@@ -64,6 +64,8 @@ void synchronize();
 
 void* device_malloc(std::size_t bytes);  // nullptr when the device is out of memory
 void device_free(void* ptr);
+// Bytes the driver can still hand out on the device (cudaMemGetInfo's free).
+std::size_t device_free_bytes();
 void copy_host_to_device(void* dst, const void* src, std::size_t bytes);
 void copy_device_to_host(void* dst, const void* src, std::size_t bytes);  // synchronises
 void copy_device_to_device(void* dst, const void* src, std::size_t bytes);

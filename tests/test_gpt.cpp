@@ -7,6 +7,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "models/gpt.h"
+#include "models/gpt_memory.h"
 #include "test_helpers.h"
 
 using namespace fg;
@@ -158,5 +159,31 @@ TEST_CASE("layer and model arguments are checked", "[gpt][errors]") {
         GPT model(tiny(true, false), gen);  // on the CPU
         REQUIRE_THROWS_WITH(model.forward(randint({1, 4}, 11, Device::cuda)),
                             Contains("[gpt] ids are on cuda, the model is on cpu"));
+    }
+}
+
+TEST_CASE("the memory estimate of a training step is close to the measured peak", "[gpt][memory]") {
+    auto make = [](std::int64_t vocab, std::int64_t block, std::int64_t layers, std::int64_t heads,
+                   std::int64_t embd, bool rmsnorm, bool bias, double dropout) {
+        GPTConfig c = test::small_gpt(vocab, block, layers, heads, embd);
+        c.rmsnorm = rmsnorm;
+        c.bias = bias;
+        c.dropout = dropout;
+        return c;
+    };
+    const std::vector<std::tuple<const char*, GPTConfig, std::int64_t, std::int64_t>> cases{
+        {"activations dominate", make(65, 64, 2, 4, 64, false, true, 0.1), 16, 64},
+        {"long sequences (attention scores)", make(65, 256, 1, 4, 32, false, true, 0.0), 4, 256},
+        {"large vocabulary (logits)", make(2000, 32, 1, 2, 32, true, false, 0.0), 16, 32},
+        {"weights dominate", make(500, 16, 3, 4, 128, true, true, 0.0), 2, 16},
+        {"shorter than block_size", make(65, 128, 2, 2, 32, false, false, 0.2), 8, 40},
+    };
+    for (const auto& [what, config, batch, seq_len] : cases) {
+        TrainingMemory est = estimate_training_memory(config, batch, seq_len, 2);
+        double peak = test::measured_step_peak(config, batch, seq_len, Device::cpu);
+        INFO(what << ": estimate " << est.describe() << ", measured peak "
+                  << format_bytes(static_cast<std::size_t>(peak)));
+        REQUIRE(est.total() >= 0.95 * peak);
+        REQUIRE(est.total() <= 1.10 * peak);
     }
 }

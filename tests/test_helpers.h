@@ -5,6 +5,7 @@
 //   small_gpt:                a GPTConfig of a given size (the rest left at its defaults)
 //   tiny_addition_run:        a Config that trains a tiny GPT on one-digit addition on the CPU
 //   require_resume_repeats:   a run stopped and resumed repeats the uninterrupted losses exactly
+//   measured_step_peak:       the allocator's peak over building a GPT and two AdamW steps
 // Every test binary turns on poisoning of new tensors (NaN bytes), so an element an op forgot to
 // write shows up as NaN.
 #pragma once
@@ -21,7 +22,9 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "core/allocator.h"
 #include "models/gpt.h"
+#include "train/optim.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -75,6 +78,31 @@ inline std::size_t require_resume_repeats(const std::function<Config(const std::
     std::vector<double> tail(full.losses().begin() + stop, full.losses().end());
     REQUIRE(second->losses() == tail);  // exact equality: same bits
     return full.losses().size();
+}
+
+// Builds `config` on `device`, trains it two steps (forward, loss, backward, clipping, AdamW) on
+// random (batch, seq_len) batches, and returns the allocator's peak bytes over all of it beyond
+// what was in use before: what estimate_training_memory predicts.
+inline double measured_step_peak(const GPTConfig& config, std::int64_t batch, std::int64_t seq_len,
+                                 Device device) {
+    std::size_t before = memory_stats(device).bytes_in_use;
+    reset_peak_memory(device);
+    {
+        Generator gen(7);
+        GPT model(config, gen, device);
+        std::vector<NamedParam> params;
+        for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
+        AdamW opt(params, AdamWOptions{});
+        for (int step = 0; step < 2; ++step) {
+            opt.zero_grad();
+            Tensor ids = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size), device, &gen);
+            Tensor targets = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size), device, &gen);
+            model.loss(model.forward(ids), targets).backward();
+            clip_grad_norm(model.parameters(), 1.0);
+            opt.step(1e-3);
+        }
+    }
+    return static_cast<double>(memory_stats(device).peak_bytes_in_use - before);
 }
 
 inline Generator& test_generator() {

@@ -227,6 +227,30 @@ TEST_CASE("a new run refuses another run's metrics, and a failed best save says 
                             Contains("the last good checkpoint in '" + dir + "' is kept"));
 }
 
+TEST_CASE("a run too large for the device's memory is refused before anything is written",
+          "[run_dir]") {
+    const std::string dir = "/tmp/fg_rd_memory";
+    fs::remove_all(dir);
+    std::ostringstream log;
+    Config c = tiny(dir, 2);
+    c.train.batch_size = 1000000000000;  // terabytes of activations
+    REQUIRE_THROWS_WITH(Trainer(c, log),
+                        Contains("[train] one step of this run needs about") &&
+                            Contains("TiB: parameters") && Contains("activations") &&
+                            Contains("(train.batch_size 1000000000000 x ") &&
+                            Contains("available: reduce train.batch_size"));
+    CHECK_FALSE(fs::exists(dir));
+    // Switched off, the check lets the run be built (it would fail at its first batch).
+    c.train.memory_check = false;
+    Trainer unchecked(c, log);
+    CHECK(fs::exists(dir + "/config.yaml"));
+    // A run that fits logs its estimate.
+    fs::remove_all(dir);
+    std::ostringstream fits;
+    Trainer t(tiny(dir, 2), fits);
+    CHECK_THAT(fits.str(), Contains("memory per step (estimated): "));
+}
+
 TEST_CASE("leftovers of an interrupted save block nothing", "[run_dir]") {
     const std::string dir = run_once("/tmp/fg_rd_leftovers", 4);
     for (const char* f : {"config.yaml.tmp", "vocab.txt.tmp", "checkpoint.json.tmp",

@@ -160,6 +160,7 @@ const std::vector<Field>& schema() {
         field("train", "out_dir", &C::train, &C::Train::out_dir, "run directory (checkpoints, metrics, config)"),
         field("train", "checkpoint_interval", &C::train, &C::Train::checkpoint_interval, "steps between checkpoints", at_least(1)),
         field("train", "precision", &C::train, &C::Train::precision, "fp32, tf32 (f32 with TF32 GPU matmuls) or bf16 (f32 master weights, bf16 activations and matmuls)", one_of({"fp32", "tf32", "bf16"})),
+        field("train", "memory_check", &C::train, &C::Train::memory_check, "refuse a run whose estimated memory per step exceeds what its device has available"),
         field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"})),
 
     };

@@ -41,6 +41,9 @@ struct Config {
         // fp32: f32 everywhere. tf32: f32, GPU matmuls on TF32 tensor cores. bf16: mixed
         // precision (f32 master weights and AdamW moments, bf16 activations and GEMMs).
         std::string precision = "fp32";
+        // Refuse, before allocating anything, a run whose estimated memory per step (models/
+        // gpt_memory.h) exceeds what the device has available.
+        bool memory_check = true;
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";

@@ -19,6 +19,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "models/gpt_memory.h"
 #include "plot.h"
 #include "progress.h"
 #include "checkpoint.h"
@@ -86,6 +87,25 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
     return g;
 }
 
+// The memory one step of this run needs, checked against what the device has available before
+// the model is built or anything is written, so that a batch too large for the machine is
+// refused with the number instead of ending in an out-of-memory error part way through.
+TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t seq_len,
+                            Device device) {
+    const TrainingMemory need = estimate_training_memory(g, c.train.batch_size, seq_len,
+                                                         c.optim.name == "sgd" ? 1 : 2);
+    if (!c.train.memory_check) return need;
+    const double available = static_cast<double>(available_memory(device));
+    FG_CHECK(need.total() <= available, "train", "one step of this run needs about ",
+             need.describe(), " (train.batch_size ", c.train.batch_size, " x ", seq_len,
+             " tokens), but ", device_name(device), " has ",
+             format_bytes(static_cast<std::size_t>(available)),
+             " available: reduce train.batch_size (raise train.grad_accum to keep the tokens "
+             "per step), model.block_size or the model's size; or set train.memory_check=false "
+             "to try anyway");
+    return need;
+}
+
 void load_weights(GPT& model, const std::string& path, Device device) {
     SafetensorsFile weights = load_safetensors(path);
     for (auto& [name, p] : model.state_dict()) {
@@ -128,6 +148,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     FG_CHECK(data_->sequence_length() <= c.model.block_size, "train", "model.block_size (",
              c.model.block_size, ") is shorter than one addition problem (",
              data_->sequence_length(), " tokens)");
+    const TrainingMemory need = check_memory(c, gpt_config(c, vocab), data_->sequence_length(), device_);
     Generator init(static_cast<std::uint64_t>(c.train.seed));
     model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
@@ -153,7 +174,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
          << dump_config(cfg_) << "\n";
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
          << device_name(device_) << ", data " << c.data.kind << " (vocabulary " << vocab
-         << "), run directory " << dir_ << "\n";
+         << "), run directory " << dir_ << "\n"
+         << "memory per step (estimated): " << need.describe() << "\n";
 }
 
 void Trainer::write_run_files() {
@@ -168,7 +190,7 @@ void Trainer::write_run_files() {
 const std::vector<std::string>& resumable_keys() {
     static const std::vector<std::string> keys{
         "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
-        "train.device", "train.precision", "train.out_dir", "optim.lr", "optim.min_lr",
+        "train.device", "train.precision", "train.out_dir", "train.memory_check", "optim.lr", "optim.min_lr",
         "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction"};
     return keys;
 }

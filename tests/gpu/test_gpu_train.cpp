@@ -1,12 +1,15 @@
 // tests/gpu/test_gpu_train.cpp: the training path on the GPU: the fused AdamW kernel against the
 // CPU step (same operations, so the same bits), and the tiny GPT's logits, loss and every
 // parameter's gradient on CUDA against the same model in float64 on the CPU; and the whole
-// trainer, 20 steps on each device from the same config and seed, to the same losses (1e-4).
+// trainer, 20 steps on each device from the same config and seed, to the same losses (1e-4);
+// the memory estimate of a step against the CUDA allocator's measured peak, in f32 and bf16.
 #include <filesystem>
 #include <sstream>
 
 #include "core/cuda_backend.h"
+#include "core/allocator.h"
 #include "models/gpt.h"
+#include "models/gpt_memory.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 #include "../test_helpers.h"
@@ -90,4 +93,35 @@ TEST_CASE("the same config and seed train to the same losses on CPU and CUDA", "
     INFO("first loss " << cpu[0] << ", last " << cpu.back() << " (cpu) vs " << cuda.back() << " (cuda)");
     CHECK(cpu.back() < cpu.front() - 0.3);  // it learned something
     CHECK(worst <= 1e-4);
+}
+
+TEST_CASE("the memory estimate of a step is close to the CUDA allocator's peak", "[gpu][train]") {
+    REQUIRE(cuda_is_available());
+    REQUIRE(available_memory(Device::cuda) > 0);
+    REQUIRE(available_memory(Device::cuda) <= cuda_backend("test").device_info().total_bytes);
+    auto make = [](std::int64_t vocab, std::int64_t block, std::int64_t layers, std::int64_t heads,
+                   std::int64_t embd, double dropout, DType dtype) {
+        GPTConfig c = test::small_gpt(vocab, block, layers, heads, embd);
+        c.dropout = dropout;
+        c.compute_dtype = dtype;
+        return c;
+    };
+    for (DType dtype : {DType::f32, DType::bf16}) {
+        // The baby GPT of configs/shakespeare_char.yaml; a long-sequence one; a large vocabulary.
+        const std::vector<std::tuple<const char*, GPTConfig, std::int64_t, std::int64_t>> cases{
+            {"baby GPT", make(65, 256, 6, 6, 384, 0.2, dtype), 64, 256},
+            {"long sequences", make(65, 1024, 2, 12, 768, 0.0, dtype), 4, 1024},
+            {"large vocabulary", make(50304, 128, 2, 4, 256, 0.0, dtype), 16, 128},
+        };
+        for (const auto& [what, config, batch, seq_len] : cases) {
+            TrainingMemory est = estimate_training_memory(config, batch, seq_len, 2);
+            double peak = test::measured_step_peak(config, batch, seq_len, Device::cuda);
+            INFO(what << " " << dtype_name(dtype) << ": estimate " << est.describe()
+                      << ", measured peak " << format_bytes(static_cast<std::size_t>(peak)));
+            WARN(what << " " << dtype_name(dtype) << ": estimate / measured peak "
+                      << est.total() / peak);
+            REQUIRE(est.total() >= 0.95 * peak);
+            REQUIRE(est.total() <= 1.10 * peak);
+        }
+    }
 }

@@ -1,0 +1,122 @@
+// models/gpt_memory.cpp: see gpt_memory.h. Every term counts bytes for N = batch * seq_len
+// tokens, C = n_embd, H = n_head, T = seq_len, V = vocab_size, L = n_layer and s = the bytes of
+// one activation (4 in f32, 2 in bf16/f16).
+#include "gpt_memory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/error.h"
+
+namespace fg {
+
+std::string TrainingMemory::describe() const {
+    auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
+    std::string out = bytes(total()) + ": ";
+    const std::vector<std::pair<const char*, double>> terms{
+        {"parameters", parameters},     {"gradients", gradients},
+        {"optimizer state", optimizer_state}, {"16-bit weight copies", weight_copies},
+        {"activations", activations},   {"workspace", workspace}};
+    bool first = true;
+    for (const auto& [name, value] : terms) {
+        if (value <= 0) continue;
+        out += (first ? "" : ", ") + std::string(name) + " " + bytes(value);
+        first = false;
+    }
+    return out;
+}
+
+namespace {
+
+// What `count` tensors of `elements` elements of `bytes_each` bytes occupy in the allocator (each
+// rounded up to its granule). In doubles: a hostile config must give a huge number, not wrap.
+double tensors(double count, double elements, double bytes_each) {
+    const double bytes = elements * bytes_each;
+    const double rounded = bytes < 0x1p60 ? static_cast<double>(allocation_size(
+                                                static_cast<std::size_t>(bytes)))
+                                          : bytes;
+    return count * rounded;
+}
+
+}  // namespace
+
+TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
+                                        std::int64_t seq_len, int optimizer_floats_per_param) {
+    FG_CHECK(batch > 0 && seq_len > 0 && seq_len <= g.block_size, "memory",
+             "batch (", batch, ") and sequence length (", seq_len,
+             ") must be positive, the length at most block_size (", g.block_size, ")");
+    const double C = static_cast<double>(g.n_embd), H = static_cast<double>(g.n_head);
+    const double V = static_cast<double>(g.vocab_size), L = static_cast<double>(g.n_layer);
+    const double B = static_cast<double>(batch), T = static_cast<double>(seq_len), N = B * T;
+    const double s = static_cast<double>(dtype_size(g.compute_dtype));
+    const bool half = g.compute_dtype != DType::f32;
+    const double f32 = 4.0, i32 = 4.0;
+
+    // The parameter tensors, as (count, elements). A block: c_attn (3C, C), attn.c_proj (C, C),
+    // mlp.c_fc (4C, C), mlp.c_proj (C, 4C) and their biases (3C, C, 4C, C); two norms, each a
+    // weight (C) and, for LayerNorm with bias, a bias (C). Then wte (V, C), wpe (block_size, C)
+    // and ln_f. The head is wte itself.
+    const double norm_tensors = (g.bias && !g.rmsnorm) ? 2 : 1;
+    auto linear_weights = [&](double bytes_each) {
+        return L * (tensors(1, 3 * C * C, bytes_each) + tensors(1, C * C, bytes_each) +
+                    tensors(2, 4 * C * C, bytes_each)) +
+               (g.bias ? L * (tensors(1, 3 * C, bytes_each) + tensors(2, C, bytes_each) +
+                              tensors(1, 4 * C, bytes_each))
+                       : 0.0);
+    };
+    auto all_params = [&](double bytes_each) {
+        return linear_weights(bytes_each) +
+               tensors((2 * L + 1) * norm_tensors, C, bytes_each) + tensors(1, V * C, bytes_each) +
+               tensors(1, static_cast<double>(g.block_size) * C, bytes_each);
+    };
+
+    TrainingMemory m;
+    m.parameters = all_params(f32);
+    m.gradients = all_params(f32);
+    m.optimizer_state = optimizer_floats_per_param * all_params(f32);
+    // Linear multiplies by cast(weight, x.dtype()): in 16-bit each block's weights and biases
+    // and the tied head's copy of wte are kept by their matmuls until the backward.
+    if (half) m.weight_copies = linear_weights(s) + tensors(1, V * C, s);
+
+    // Saved by one block, (B, T, .) tensors of activations: ln_1's input (C), c_attn's input
+    // (C), the permuted q, k, v the attention keeps (3C), attn.c_proj's input (C), the residual
+    // sum ln_2 keeps (C), c_fc's input (C), GELU's input (4C) and mlp.c_proj's input (4C); in
+    // f32 each norm's rstd (and LayerNorm's mean) and the attention's log-sum-exp per head.
+    const double channels = tensors(1, N * C, s), wide = tensors(1, 4 * N * C, s);
+    const double norm_stats = tensors(g.rmsnorm ? 1 : 2, N, f32);
+    const double block_to_attention =  // what the backward still holds at the attention
+        2 * channels + tensors(1, 3 * N * C, s) + norm_stats + tensors(1, N * H, f32);
+    const double block_after_attention = 3 * channels + 2 * wide + norm_stats;
+    const double block = block_to_attention + block_after_attention;
+    // After the blocks: ln_f's input and output, the logits the loss keeps and its per-row
+    // log-sum-exp; the i32 inputs and targets.
+    const double logits = tensors(1, N * V, s);
+    const double head = 2 * channels + norm_stats + logits + tensors(1, N, f32) + tensors(2, N, i32);
+    m.activations = L * block + head;
+
+    // The backward frees what each op saved once that op has run, and holds a few gradients and
+    // scratch buffers of its own: the step's peak is the largest of these moments, counted as
+    // the bytes beyond the saved activations (never below zero):
+    // - the loss's backward: the logits' gradient beside the logits;
+    // - the head's: the logits' gradient, the input's gradient and in 16-bit the gradient of the
+    //   16-bit copy of wte;
+    // - the last MLP's: the head's saved tensors are gone; the output's gradient (C) and the
+    //   gradients of mlp.c_proj's input and of GELU's input (4C each), while mlp.c_proj's saved
+    //   input (4C) has been freed;
+    // - the last attention's: the MLP's and ln_2's saved tensors are gone too; the residual
+    //   stream's and the output's gradients (C each), dqkv (3C) and per head the scores S (f32),
+    //   the probabilities Pd and in 16-bit dPd (f32), each (B H, T, T).
+    const double scores = B * H * T * T;
+    const double loss_backward = logits;
+    const double head_backward = channels + (half ? tensors(1, V * C, s) : 0.0);
+    const double mlp_backward = -head + channels + 2 * wide - wide;  // net: one 4C tensor
+    const double attention_backward =
+        -head - block_after_attention + 2 * channels + tensors(1, 3 * N * C, s) +
+        tensors(1, scores, f32) + tensors(1, scores, s) + (half ? tensors(1, scores, f32) : 0.0);
+    m.workspace = std::max({0.0, loss_backward, head_backward, mlp_backward, attention_backward});
+    return m;
+}
+
+}  // namespace fg

@@ -1,0 +1,42 @@
+// models/gpt_memory.h: how much memory one training step of a GPT needs, worked out from the
+// config before anything is allocated, so that a run too large for its device is refused with a
+// number instead of ending in an out-of-memory error halfway through building the model.
+//
+// The estimate follows what the ops keep alive (see gpt_memory.cpp for the term-by-term count):
+// the f32 parameters, their f32 gradients and the optimizer's state; in mixed precision the
+// 16-bit copies of the weights that the forward keeps for the backward; the activations the
+// autograd graph saves for the backward; and the largest short-lived buffer of the step (the
+// attention's per-head (T, T) scores, or the logits' gradient). Each tensor is rounded up to the
+// caching allocator's granule, as the allocator does. tests/test_gpt.cpp (CPU, f32) and
+// tests/gpu/test_gpu_train.cpp (CUDA, f32 and bf16) compare it with the allocator's measured
+// peak. The CPU's 16-bit path is not covered: there each op widens its inputs to f32 copies
+// (a test path, see core/ops/op_utils.h), which needs more than this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gpt.h"
+
+namespace fg {
+
+struct TrainingMemory {
+    double parameters = 0;       // f32 weights
+    double gradients = 0;        // f32, one per weight
+    double optimizer_state = 0;  // AdamW's two moments, SGD's momentum buffer
+    double weight_copies = 0;    // 16-bit copies of the weights the forward saves (bf16/f16)
+    double activations = 0;      // what the forward saves for the backward, logits included
+    double workspace = 0;        // the largest buffers that live inside one op's backward
+    double total() const {
+        return parameters + gradients + optimizer_state + weight_copies + activations + workspace;
+    }
+    // "1.52 GiB: parameters 41.0 MiB, gradients 41.0 MiB, ..." (only the non-zero terms)
+    std::string describe() const;
+};
+
+// One training step's memory for `config` on batches of `batch` sequences of `seq_len` tokens.
+// `optimizer_floats_per_param`: 2 for AdamW, 1 for SGD with momentum, 0 without.
+TrainingMemory estimate_training_memory(const GPTConfig& config, std::int64_t batch,
+                                        std::int64_t seq_len, int optimizer_floats_per_param);
+
+}  // namespace fg
