@@ -52,6 +52,11 @@ void Module::to(DType dtype) {
     convert_parameters([dtype](const Tensor& p) { return p.to(dtype); });
 }
 
+void Module::apply(const std::function<void(Module&)>& fn) {
+    fn(*this);
+    for (auto& [name, child] : children_) child->apply(fn);
+}
+
 void Module::train(bool on) {
     training_ = on;
     for (auto& [name, child] : children_) child->train(on);

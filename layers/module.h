@@ -1,7 +1,9 @@
 // layers/module.h: Module, the base of every layer: named parameters (nanoGPT-style dotted names
-// such as "ln_1.weight"), sub-modules, moving to a device, train/eval mode, zero_grad.
+// such as "ln_1.weight"), sub-modules, moving to a device, train/eval mode, zero_grad, and apply
+// (a visit of every module of the tree, to configure the layers of a built model).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +29,12 @@ public:
     void to(DType dtype);
     void train(bool on = true);
     bool training() const { return training_; }
+    // Calls fn on this module, then on every sub-module, depth first in registration order (a
+    // module before its children, where PyTorch's Module.apply visits the children first), each
+    // module once per registration. For settings that belong to a layer but not to the model's
+    // shape: the trainer sets the norms' dw/db reduction this way (train/trainer.h,
+    // configure_kernels).
+    void apply(const std::function<void(Module&)>& fn);
 
     // For containers that only group names (a GPT's "transformer."): same as register_module.
     void register_module_public(const std::string& name, Module* child) {

@@ -15,7 +15,9 @@ struct NormConfig {
     bool weight = true;
     bool bias = false;
     bool zero_centered = false;
-    NormReduction reduction = NormReduction::automatic;  // for dw / db on CUDA
+    // For dw / db on CUDA: the layer's initial setting, which set_reduction changes later (the
+    // trainer sets it from kernels.norm_reduction on a built model).
+    NormReduction reduction = NormReduction::automatic;
     DType param_dtype = DType::f32;  // f32, or the activations' dtype
     Device device = Device::cpu;
 };
@@ -27,6 +29,10 @@ public:
     // Fused residual add: y = norm(h), h = x + residual; returns (y, h).
     NormResidualResult forward(const Tensor& x, const Tensor& residual) const;
     const NormConfig& config() const { return config_; }
+    // How the CUDA backward sums dw / db over the rows (a kernel strategy, docs/norms.md: the same
+    // sums in another order, at another speed); CPU tensors ignore it.
+    NormReduction reduction() const { return config_.reduction; }
+    void set_reduction(NormReduction r) { config_.reduction = r; }
 
     Tensor weight, bias;
 

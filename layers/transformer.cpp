@@ -60,7 +60,6 @@ std::unique_ptr<NormBase> make_norm(const TransformerConfig& cfg) {
     NormConfig n;
     n.dim = cfg.n_embd;
     n.bias = cfg.bias;
-    n.reduction = cfg.norm_reduction;
     n.device = cfg.device;
     if (cfg.rmsnorm) return std::make_unique<RMSNorm>(n);
     return std::make_unique<LayerNorm>(n);

@@ -14,12 +14,13 @@
 
 namespace fg {
 
+// The blocks' shape. Kernel settings (the norms' dw/db reduction, ...) are not here: they are set
+// on the built layers (Module::apply, NormBase::set_reduction).
 struct TransformerConfig {
     std::int64_t n_embd = 0, n_head = 0, n_layer = 1;
     bool bias = true;
     double dropout = 0.0;
     bool rmsnorm = false;  // RMSNorm instead of LayerNorm
-    NormReduction norm_reduction = NormReduction::automatic;
     float init_std = 0.02f;
     Device device = Device::cpu;
 };

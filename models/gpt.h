@@ -15,6 +15,8 @@
 
 namespace fg {
 
+// The model's shape and arithmetic. Kernel settings (a config's kernels.*) are not here: the
+// trainer sets them on the built model's layers (train/trainer.h, configure_kernels).
 struct GPTConfig {
     std::int64_t vocab_size = 0;
     std::int64_t block_size = 0;
@@ -22,7 +24,6 @@ struct GPTConfig {
     bool rmsnorm = false;
     bool bias = true;
     double dropout = 0.0;
-    NormReduction norm_reduction = NormReduction::automatic;
     // The activations' dtype. f32: the parameters' own dtype throughout. bf16 (or f16): mixed
     // precision, as PyTorch's autocast: the embeddings are summed in the parameters' dtype and
     // cast, every later activation and GEMM is 16-bit (Linear layers multiply by 16-bit copies of

@@ -80,11 +80,23 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
     g.rmsnorm = c.model.norm == "rmsnorm";
     g.bias = c.model.bias;
     g.dropout = c.model.dropout;
-    g.norm_reduction = c.kernels.norm_reduction == "grid"     ? NormReduction::grid
-                       : c.kernels.norm_reduction == "locked" ? NormReduction::locked
-                                                              : NormReduction::automatic;
     g.compute_dtype = c.train.precision == "bf16" ? DType::bf16 : DType::f32;
     return g;
+}
+
+// The model is built from its shape alone (gpt_config); the kernels' settings are a different
+// concern and are set here, once, on the modules that read them. A setting added later (an
+// attention backend, say) touches the config schema, this function and the layer that reads it,
+// not every constructor between the config and that layer; a layer built by hand keeps its own
+// constructor default (NormConfig::reduction) or its setter; and nothing global or mutable lives
+// outside the modules.
+void configure_kernels(Module& model, const Config& c) {
+    const NormReduction reduction = c.kernels.norm_reduction == "grid"     ? NormReduction::grid
+                                    : c.kernels.norm_reduction == "locked" ? NormReduction::locked
+                                                                           : NormReduction::automatic;
+    model.apply([reduction](Module& m) {
+        if (auto* norm = dynamic_cast<NormBase*>(&m)) norm->set_reduction(reduction);
+    });
 }
 
 // The memory one step of this run needs, checked against what the device has available before
@@ -126,6 +138,7 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     set_allow_tf32(out.config.train.precision == "tf32");
     Generator init(0);  // overwritten by the checkpoint
     out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
+    configure_kernels(*out.model, out.config);
     load_weights(*out.model, (dir / (best ? "best.safetensors" : "model.safetensors")).string(),
                  device);
     out.model->train(false);
@@ -151,6 +164,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     const TrainingMemory need = check_memory(c, gpt_config(c, vocab), data_->sequence_length(), device_);
     Generator init(static_cast<std::uint64_t>(c.train.seed));
     model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
+    configure_kernels(*model_, c);  // a resume's kernels.* too: the config it was given
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
     opt_ = make_optimizer(c, params_);
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout

@@ -94,8 +94,13 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device);
 // Loads `path` (a safetensors file with the model's state_dict names) into `model` on `device`;
 // a missing tensor or a different shape is an error naming it.
 void load_weights(GPT& model, const std::string& path, Device device);
-// The GPT a config describes, with `vocab` tokens unless model.vocab_size says more.
+// The GPT a config describes, with `vocab` tokens unless model.vocab_size says more: its shape
+// and arithmetic, not its kernels' settings (configure_kernels).
 GPTConfig gpt_config(const Config& config, std::int64_t vocab);
+// Applies every kernels.* setting of `config` to the modules of a built model (today
+// kernels.norm_reduction, to every norm layer), walking the module tree (Module::apply). Called
+// once after building a model from a config: by the trainer (new and resumed runs) and load_run.
+void configure_kernels(Module& model, const Config& config);
 // The optimizer a config describes (optim.name and its hyperparameters), over `params`.
 std::unique_ptr<Optimizer> make_optimizer(const Config& config, const std::vector<NamedParam>& params);
 // The dataset a config describes.

@@ -52,6 +52,7 @@ int dump(int argc, char** argv) {
     std::unique_ptr<Dataset> data = make_dataset(cfg);
     Generator init(static_cast<std::uint64_t>(cfg.train.seed));
     GPT model(gpt_config(cfg, data->vocab().size()), init, device);
+    configure_kernels(model, cfg);  // as the trainer does: kernels.* on the built model
     std::vector<std::pair<std::string, Tensor>> initial;
     for (auto& [name, p] : model.state_dict()) initial.emplace_back(name, p->to(Device::cpu));
     save_safetensors(out_dir + "/model.safetensors", initial, {{"format", "pt"}});

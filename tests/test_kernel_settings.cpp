@@ -1,0 +1,123 @@
+// tests/test_kernel_settings.cpp: kernel settings reach the layers of a built model, not its
+// constructors: Module::apply visits every module of a GPT once; a norm layer's reduction is its
+// constructor's default until set; and the trainer (new runs, resumed runs, load_run) sets
+// kernels.norm_reduction on every norm of the model it builds.
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "layers/norm.h"
+#include "test_helpers.h"
+
+using namespace fg;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every norm layer of a GPT, named one by one (not found by Module::apply, which is under test).
+std::vector<const NormBase*> norms_of(const GPT& model) {
+    std::vector<const NormBase*> out;
+    for (const auto& block : model.h) {
+        out.push_back(block->ln_1.get());
+        out.push_back(block->ln_2.get());
+    }
+    out.push_back(model.ln_f.get());
+    return out;
+}
+
+void require_reduction(const GPT& model, NormReduction want) {
+    const std::vector<const NormBase*> norms = norms_of(model);
+    REQUIRE(norms.size() == 2 * model.h.size() + 1);
+    for (std::size_t i = 0; i < norms.size(); ++i) {
+        INFO("norm " << i << " of " << norms.size());
+        CHECK(norms[i]->reduction() == want);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("Module::apply visits every module of a GPT once, the root first", "[kernel_settings]") {
+    Generator gen(1);
+    const std::int64_t n_layer = 3;
+    GPT model(test::small_gpt(11, 8, n_layer, 2, 8), gen);
+    std::vector<const Module*> visited;
+    model.apply([&](Module& m) { visited.push_back(&m); });
+    // The GPT, its "transformer." group, wte, wpe, ln_f, and per block: the Block, ln_1, attn,
+    // attn.c_attn, attn.c_proj, ln_2, mlp, mlp.c_fc, mlp.c_proj.
+    CHECK(visited.size() == static_cast<std::size_t>(5 + 9 * n_layer));
+    CHECK(std::set<const Module*>(visited.begin(), visited.end()).size() == visited.size());
+    REQUIRE(!visited.empty());
+    CHECK(visited.front() == &model);
+    std::vector<const Module*> expected{&model.wte, &model.wpe, model.ln_f.get()};
+    for (const auto& block : model.h)
+        for (const Module* m : std::vector<const Module*>{
+                 block.get(), block->ln_1.get(), &block->attn, &block->attn.c_attn,
+                 &block->attn.c_proj, block->ln_2.get(), &block->mlp, &block->mlp.c_fc,
+                 &block->mlp.c_proj})
+            expected.push_back(m);
+    for (const Module* m : expected)
+        CHECK(std::count(visited.begin(), visited.end(), m) == 1);
+    // Depth first in registration order: a block's modules follow it, before the next block.
+    const auto at = [&](const Module* m) {
+        return std::find(visited.begin(), visited.end(), m) - visited.begin();
+    };
+    CHECK(at(model.h[0].get()) < at(model.h[0]->ln_1.get()));
+    CHECK(at(&model.h[0]->mlp.c_proj) < at(model.h[1].get()));
+}
+
+TEST_CASE("a norm layer built by hand keeps its reduction until it is set", "[kernel_settings]") {
+    NormConfig c;
+    c.dim = 8;
+    CHECK(RMSNorm(c).reduction() == NormReduction::automatic);
+    c.reduction = NormReduction::locked;
+    LayerNorm norm(c);
+    CHECK(norm.reduction() == NormReduction::locked);
+    norm.set_reduction(NormReduction::grid);
+    CHECK(norm.reduction() == NormReduction::grid);
+    CHECK(norm.config().reduction == NormReduction::grid);  // what forward() hands the op
+    // A GPT built without a Config has every norm at the default.
+    Generator gen(1);
+    GPT model(test::small_gpt(11, 8, 2, 2, 8), gen);
+    require_reduction(model, NormReduction::automatic);
+}
+
+TEST_CASE("kernels.norm_reduction reaches every norm of the trainer's model", "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings";
+    std::ostringstream log;
+    for (const auto& [value, want] :
+         std::vector<std::pair<std::string, NormReduction>>{{"locked", NormReduction::locked},
+                                                            {"grid", NormReduction::grid},
+                                                            {"auto", NormReduction::automatic}}) {
+        INFO("kernels.norm_reduction=" << value);
+        fs::remove_all(dir);
+        Trainer t(test::tiny_addition_run(dir, 2, {"model.n_layer=3", "kernels.norm_reduction=" + value}),
+                  log);
+        require_reduction(t.model(), want);
+        // A hand-set layer is overwritten: configure_kernels sets every norm, not only defaults.
+        configure_kernels(t.model(), test::tiny_addition_run(dir, 2, {"kernels.norm_reduction=locked"}));
+        require_reduction(t.model(), NormReduction::locked);
+    }
+}
+
+TEST_CASE("a resume's kernels.norm_reduction reaches the modules, and load_run's too",
+          "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings_resume";
+    fs::remove_all(dir);
+    std::ostringstream log;
+    {
+        Trainer t(test::tiny_addition_run(dir, 4, {"model.n_layer=2", "kernels.norm_reduction=locked"}),
+                  log);
+        t.run(2);
+        require_reduction(t.model(), NormReduction::locked);
+    }
+    require_reduction(*load_run(dir, false, Device::cpu).model, NormReduction::locked);
+    auto resumed = Trainer::resume(dir, {"kernels.norm_reduction=grid"}, log);
+    REQUIRE(resumed->step() == 2);
+    require_reduction(resumed->model(), NormReduction::grid);
+    resumed->run();
+    // The resumed config is now the run's, and load_run (sample, eval) builds from it.
+    require_reduction(*load_run(dir, false, Device::cpu).model, NormReduction::grid);
+    require_reduction(*load_run(dir, true, Device::cpu).model, NormReduction::grid);
+}
