@@ -56,7 +56,7 @@ fi
 cmp -s "$work/ref/model.safetensors" "$run/model.safetensors" \
     || die "after $i kills the final weights differ from the uninterrupted run's"
 # metrics.jsonl: each step once, in order (the lines of steps lost to a kill were dropped).
-grep -v val_loss "$run/metrics.jsonl" | sed 's/^{"step": \([0-9]*\),.*/\1/' \
+grep -v val_loss "$run/metrics.jsonl" | sed 's/^{"step": *\([0-9]*\),.*/\1/' \
     | awk 'NR != $1 { print "line " NR " is step " $1; bad = 1; exit } END { exit bad }' \
     || die "metrics.jsonl repeats or skips steps after the kills"
 echo "kill -9: $i kills, then the same final weights as the uninterrupted run"

@@ -55,10 +55,12 @@ Series read_metrics(const LossCurveSource& source) {
     while (std::getline(in, line)) {
         if (line.empty()) continue;
         nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.contains("step")) continue;
+        // Numbers only: the trainer writes a non-finite value as null.
+        const auto number = [&j](const char* key) { return j.contains(key) && j[key].is_number(); };
+        if (j.is_discarded() || !number("step")) continue;
         double step = j["step"].get<double>();
-        if (j.contains("loss")) s.train.push_back({step, j["loss"].get<double>()});
-        if (j.contains("val_loss")) s.val.push_back({step, j["val_loss"].get<double>()});
+        if (number("loss")) s.train.push_back({step, j["loss"].get<double>()});
+        if (number("val_loss")) s.val.push_back({step, j["val_loss"].get<double>()});
     }
     return s;
 }

@@ -14,6 +14,8 @@
 #include <ostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/cuda_backend.h"
@@ -35,6 +37,14 @@ std::string fmt(const char* format, double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, format, v);
     return buf;
+}
+
+// `v` rounded as printf's `format` prints it ("%.6f": six decimals, "%.6g": six significant
+// digits), for metrics.jsonl: the JSON writer prints the shortest text that reads back as the same
+// double, so a rounded value keeps the line short ("2.302585", not 17 digits). Non-finite values
+// pass through ("inf" reads back as inf), and the writer prints them as null.
+double rounded(double v, const char* format) {
+    return std::strtod(fmt(format, v).c_str(), nullptr);
 }
 
 std::vector<std::pair<std::string, Tensor>> to_list(
@@ -251,8 +261,18 @@ void Trainer::trim_metrics() {
     std::string kept, line;
     bool dropped = false;
     while (std::getline(in, line)) {
-        const auto at = line.find("\"step\": ");
-        const std::int64_t step = at == std::string::npos ? 0 : std::atoll(line.c_str() + at + 8);
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        // A line that is not JSON was cut short by a kill while it was written, so it is of a
+        // step after the checkpoint (whose lines were complete before it was committed): dropped.
+        // (Or a line of an older fusegrad that printed a non-finite number, which JSON cannot
+        // hold and plot.cpp skips too.)
+        if (j.is_discarded()) {
+            dropped = true;
+            continue;
+        }
+        const std::int64_t step = j.is_object() && j.contains("step") && j["step"].is_number()
+                                      ? j["step"].get<std::int64_t>()
+                                      : 0;
         if (step > step_) {
             dropped = true;
             continue;
@@ -482,11 +502,17 @@ void Trainer::run(std::int64_t stop_at) {
         double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / (peak_tflops_ * 1e12) : -1.0;
         double peak_mib = device_ == Device::cuda
                               ? memory_stats(Device::cuda).peak_bytes_in_use / (1024.0 * 1024.0) : -1.0;
-        log_metrics("{\"step\": " + std::to_string(step_) + ", \"loss\": " + fmt("%.6f", loss) +
-                    ", \"lr\": " + fmt("%.6g", last_lr_) + ", \"grad_norm\": " + fmt("%.5f", last_norm_) +
-                    ", \"ms\": " + fmt("%.2f", ms) + ", \"tokens_per_s\": " + fmt("%.0f", tps) +
-                    (mfu >= 0 ? ", \"mfu\": " + fmt("%.4f", mfu) : "") +
-                    (peak_mib >= 0 ? ", \"peak_mem_mib\": " + fmt("%.1f", peak_mib) : "") + "}");
+        nlohmann::ordered_json line{{"step", step_},
+                                    {"loss", rounded(loss, "%.6f")},
+                                    {"lr", rounded(last_lr_, "%.6g")},
+                                    {"grad_norm", rounded(last_norm_, "%.5f")},
+                                    {"ms", rounded(ms, "%.2f")}};
+        // Tokens per second as a whole number (null for a step too short for the clock).
+        line["tokens_per_s"] = std::isfinite(tps) ? nlohmann::ordered_json(std::llround(tps))
+                                                  : nlohmann::ordered_json();
+        if (mfu >= 0) line["mfu"] = rounded(mfu, "%.4f");
+        if (peak_mib >= 0) line["peak_mem_mib"] = rounded(peak_mib, "%.1f");
+        log_metrics(line.dump());
         if (step_ % print_every == 0 || step_ == 1) {
             log_ << clear_bar << "step " << step_ << "/" << c.train.steps << "  loss " << fmt("%.4f", loss)
                  << "  lr " << fmt("%.2e", last_lr_) << "  |g| " << fmt("%.3f", last_norm_) << "  "
@@ -509,9 +535,11 @@ void Trainer::run(std::int64_t stop_at) {
                          e.what(), "; the last good checkpoint in '", dir_, "' is kept");
                 }
             }
-            std::string acc = e.accuracy >= 0 ? ", \"accuracy\": " + fmt("%.4f", e.accuracy) : "";
-            log_metrics("{\"step\": " + std::to_string(step_) + ", \"train_loss\": " +
-                        fmt("%.6f", e.train_loss) + ", \"val_loss\": " + fmt("%.6f", e.val_loss) + acc + "}");
+            nlohmann::ordered_json eval_line{{"step", step_},
+                                             {"train_loss", rounded(e.train_loss, "%.6f")},
+                                             {"val_loss", rounded(e.val_loss, "%.6f")}};
+            if (e.accuracy >= 0) eval_line["accuracy"] = rounded(e.accuracy, "%.4f");
+            log_metrics(eval_line.dump());
             log_ << clear_bar << "eval step " << step_ << ": train loss " << fmt("%.4f", e.train_loss)
                  << ", val loss " << fmt("%.4f", e.val_loss);
             if (e.accuracy >= 0) log_ << ", held-out exact match " << fmt("%.1f", 100 * e.accuracy) << "%";

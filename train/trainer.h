@@ -5,7 +5,10 @@
 // train_state.safetensors - optimizer moments, step, generator offsets, best loss - committed by
 // checkpoint.json, train/checkpoint.h), model.safetensors (the latest weights, nanoGPT's names),
 // best.safetensors (the weights of the best validation loss so far), metrics.jsonl (one JSON
-// line per step and per evaluation) and loss_curve.svg (train and validation loss against steps).
+// object a line, keys in this order: per step step, loss, lr, grad_norm, ms, tokens_per_s, then
+// mfu (on a GPU of known peak) and peak_mem_mib (on a GPU); per evaluation step, train_loss,
+// val_loss, then accuracy (addition); numbers rounded to a few places, a non-finite one written
+// as null) and loss_curve.svg (train and validation loss against steps).
 //
 // Reproducibility: every random draw (init, data, dropout) comes from generators seeded by
 // train.seed whose offsets are saved, so a resumed run on the CPU continues with bitwise the same
