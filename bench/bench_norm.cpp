@@ -1,4 +1,4 @@
-// bench/bench_norm.cpp: the fused norm kernels on the shapes of KERNELS.md, beside the copy
+// bench/bench_norm.cpp: the fused norm kernels on the shapes of docs/norms.md, beside the copy
 // bandwidth of the same run and beside the same math built from fusegrad's unfused ops.
 //   fwd        fused forward as training runs it: y and the statistics the backward needs
 //   bwd grid   fused backward, strategy (b): dx, dw (and db) through persistent-grid partials
@@ -6,12 +6,16 @@
 //   fwd inference  fused forward without the statistics (what a forward under no_grad needs)
 //   unfused    the same math from fusegrad ops (f32 ops; bf16 inputs cast in and out), forward,
 //              and backward through autograd
-// Bytes counted (KERNELS.md): forward 2 M N s, backward 3 M N s, s the element size; weights,
+// Bytes counted (docs/norms.md): forward 2 M N s, backward 3 M N s, s the element size; weights,
 // statistics and partial rows are overhead the kernel has to hide. LayerNorm has weight and bias,
 // RMSNorm a weight; weights (and dw, db) f32, or with --weights input in the input's dtype (as
 // PyTorch's modules keep them).
 // Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]... [--weights f32|input]
 //                   [--dtype bf16|f32] [--norm layernorm|rmsnorm] [--columns NAME[,NAME]...]
+//                   [--kernel ref1|ref2|tuned]
+//   --kernel: the rung of the ladder to time (kernels/norm/reference.h): ref1 (one thread a row),
+//   ref2 (one warp a row), tuned (the default); the reference rows are fwd, bwd (dw / db by the
+//   column kernel) and fwd inference.
 //   --sweep: % of copy under several tunings, after a copy of the forward's bytes (the ceiling
 //   of a pass that moves that little: launch, ramp-up and tail count for more);
 //   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm;
@@ -26,6 +30,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "kernels/norm.h"
+#include "kernels/norm/reference.h"
 
 using namespace fg;
 using bench::Row;
@@ -57,13 +62,15 @@ Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tenso
 // Rows: fwd, bwd grid, bwd locked (unless `locked` is false), fwd inference, and (with
 // `unfused`) unfused fwd and bwd.
 std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind, DType dt,
-                             DType wt, NormShape s, bool unfused = true, bool locked = true) {
+                             DType wt, NormShape s, bool unfused = true, bool locked = true,
+                             const kernels::NormTuning* tuning = nullptr, int reference = 0) {
     const char* kname = kind == NormKind::rms ? "rmsnorm" : "layernorm";
     const double elem = static_cast<double>(dtype_size(dt));
     const double fwd_bytes = 2.0 * s.m * s.n * elem, bwd_bytes = 3.0 * s.m * s.n * elem;
     char shape[48];
     std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)s.m, (long long)s.n);
-    std::string prefix = std::string(kname) + " " + dtype_name(dt) + " ";
+    std::string prefix = std::string(kname) + " " + dtype_name(dt) + " " +
+                         (reference ? "ref" + std::to_string(reference) + " " : "");
 
     Tensor x = randn({s.m, s.n}, Device::cuda).to(dt);
     Tensor dy = randn({s.m, s.n}, Device::cuda).to(dt);
@@ -89,17 +96,23 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
     f.y = y.raw_data();
     f.mean = mean.data<float>();
     f.rstd = rstd.data<float>();
+    f.tuning = tuning;
 
     std::vector<Row> rows;
     auto add_row = [&](const std::string& name, double ms, double bytes) {
         double gbs = bytes / (ms * 1e6);
         rows.push_back({"norm", prefix + name, shape, ms, gbs, "GB/s", gbs / copy_gbs, "of copy"});
     };
-    add_row("fwd", timer.median_ms([&] { cuda.norm_forward(f); }), fwd_bytes);
+    // The rung of the ladder: the tuned kernels through the backend, or a reference version.
+    auto fused_forward = [&](const kernels::NormForwardArgs& args) {
+        if (reference) kernels::norm_forward_reference(args, reference);
+        else cuda.norm_forward(args);
+    };
+    add_row("fwd", timer.median_ms([&] { fused_forward(f); }), fwd_bytes);
 
-    cuda.norm_forward(f);  // statistics for the backward
+    fused_forward(f);  // statistics for the backward
     for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
-        if (red == NormReduction::locked && !locked) continue;
+        if (red == NormReduction::locked && (!locked || reference)) continue;
         kernels::NormBackwardArgs a;
         a.kind = kind;
         a.x_type = scalar(dt);
@@ -107,6 +120,7 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
         a.rows = s.m;
         a.cols = s.n;
         a.reduction = red;
+        a.tuning = tuning;
         a.x = x.raw_data();
         a.dy = dy.raw_data();
         a.weight = w.raw_data();
@@ -118,6 +132,11 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
         Tensor ws = Tensor::empty({(std::int64_t)cuda.norm_backward_workspace_bytes(a) / 4 + 1},
                                   DType::f32, Device::cuda);
         a.workspace = ws.raw_data();
+        if (reference) {
+            add_row("bwd", timer.median_ms([&] { kernels::norm_backward_reference(a, reference); }),
+                    bwd_bytes);
+            continue;
+        }
         add_row(std::string("bwd ") + kernels::norm_reduction_name(red),
                 timer.median_ms([&] { cuda.norm_backward(a); }), bwd_bytes);
     }
@@ -126,9 +145,9 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
     // statistics either, and is timed beside this one (bench/norm_torch.py).
     kernels::NormForwardArgs inference = f;
     inference.mean = inference.rstd = nullptr;
-    add_row("fwd inference", timer.median_ms([&] { cuda.norm_forward(inference); }), fwd_bytes);
+    add_row("fwd inference", timer.median_ms([&] { fused_forward(inference); }), fwd_bytes);
 
-    if (!unfused) return rows;
+    if (!unfused || reference) return rows;
     // Unfused: fusegrad's f32 ops (bf16 cast in and out, as a framework without the kernel would).
     Tensor xl = x.detach().set_requires_grad(true);  // the leaf, in the benchmark's dtype
     Tensor wu = cast(w.detach(), DType::f32).detach().set_requires_grad(true),
@@ -260,9 +279,9 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
                 const std::size_t bytes = (std::size_t)(s.m * s.n) * dtype_size(dt);
                 std::printf(" %9.1f", 100 * bench::copy_bandwidth_gbs(timer, bytes) / copy_gbs);
                 for (const SweepColumn& c : columns) {
-                    kernels::set_norm_tuning(c.tuning);
-                    std::vector<Row> rows = bench_shape(
-                        timer, copy_gbs, kind, dt, weights_f32 ? DType::f32 : dt, s, false, false);
+                    std::vector<Row> rows =
+                        bench_shape(timer, copy_gbs, kind, dt, weights_f32 ? DType::f32 : dt, s,
+                                    false, false, &c.tuning);
                     std::printf("   %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
                 }
                 std::printf("\n");
@@ -270,7 +289,6 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
             }
         }
     }
-    kernels::set_norm_tuning(kernels::NormTuning{});
 }
 
 }  // namespace
@@ -282,7 +300,17 @@ int main(int argc, char** argv) {
     std::vector<DType> dtypes{DType::bf16, DType::f32};
     std::vector<NormKind> kinds{NormKind::layer, NormKind::rms};
     std::string columns;
+    int reference = 0;  // --kernel: 0 tuned, 1 or 2 a reference version
     for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) {
+            const std::string k = argv[++i];
+            if (k != "ref1" && k != "ref2" && k != "tuned") {
+                std::fprintf(stderr, "bench_norm: --kernel wants ref1, ref2 or tuned (got '%s')\n",
+                             k.c_str());
+                return 2;
+            }
+            reference = k == "tuned" ? 0 : k[3] - '0';
+        }
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
         if (std::strcmp(argv[i], "--sweep") == 0) do_sweep = true;
@@ -352,8 +380,8 @@ int main(int argc, char** argv) {
         for (DType dt : dtypes)
             for (NormKind kind : kinds)
                 for (NormShape s : shapes) {
-                    auto part =
-                        bench_shape(timer, copy, kind, dt, weights_f32 ? DType::f32 : dt, s);
+                    auto part = bench_shape(timer, copy, kind, dt, weights_f32 ? DType::f32 : dt,
+                                            s, true, true, nullptr, reference);
                     rows.insert(rows.end(), part.begin(), part.end());
                 }
         bench::print_table(rows);

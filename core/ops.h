@@ -87,6 +87,9 @@ struct NormOptions {
     double eps = 1e-5;
     bool zero_centered = false;  // scale by (1 + w): the weight is stored as its offset from 1
     NormReduction reduction = NormReduction::automatic;
+    // The CUDA kernels' launch tuning (kernels/norm.h), for tests and benchmarks that force a
+    // path; null: the measured defaults. It must outlive the backward.
+    const kernels::NormTuning* tuning = nullptr;
 };
 // Over the last dim N of x (..., N). weight and bias: (N) or undefined (none). x is f32, bf16 or
 // f16 (or f64 on the CPU, the reference), weight and bias f32 or x's dtype.

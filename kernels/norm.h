@@ -35,46 +35,6 @@ enum class NormReduction : int {
 };
 const char* norm_reduction_name(NormReduction r);
 
-struct NormForwardArgs {
-    NormKind kind = NormKind::rms;
-    ScalarType x_type = ScalarType::f32;
-    ScalarType w_type = ScalarType::f32;
-    long long rows = 0, cols = 0;
-    float eps = 1e-5f;
-    bool zero_centered = false;
-    const void* x = nullptr;
-    const void* residual = nullptr;  // optional: normalise h = x + residual
-    void* h_out = nullptr;           // required with residual: receives h
-    const void* weight = nullptr;    // optional (no weight: w' = 1)
-    const void* bias = nullptr;      // optional
-    void* y = nullptr;
-    float* mean = nullptr;  // LayerNorm statistics; both may be null when no backward follows
-    float* rstd = nullptr;
-};
-// The longest row the forward takes (its columns are 32-bit offsets within a row): 2^30 values,
-// 4 GiB of f32. Longer rows throw.
-constexpr long long kNormMaxCols = 1LL << 30;
-void norm_forward(const NormForwardArgs& a);
-
-struct NormBackwardArgs {
-    NormKind kind = NormKind::rms;
-    ScalarType x_type = ScalarType::f32;
-    ScalarType w_type = ScalarType::f32;
-    long long rows = 0, cols = 0;
-    bool zero_centered = false;
-    NormReduction reduction = NormReduction::grid;
-    const void* x = nullptr;  // the normalised input (h when the residual add was fused)
-    const void* dy = nullptr;
-    const void* dh = nullptr;      // optional: added into dx
-    const void* weight = nullptr;  // optional
-    const float* mean = nullptr;   // LayerNorm
-    const float* rstd = nullptr;
-    void* dx = nullptr;
-    void* dweight = nullptr;  // optional (needs weight)
-    void* dbias = nullptr;    // optional
-    bool accumulate = false;  // add into dweight / dbias instead of overwriting them
-    void* workspace = nullptr;
-};
 // Tuning knobs, for benchmarks that sweep them (bench_norm --sweep); the defaults are the
 // measured best (docs/norms.md).
 struct NormTuning {
@@ -145,8 +105,49 @@ struct NormTuning {
     // that cannot be staged are still looped).
     static constexpr int kNever = INT_MAX;
 };
-void set_norm_tuning(const NormTuning& t);
-NormTuning norm_tuning();
+
+struct NormForwardArgs {
+    NormKind kind = NormKind::rms;
+    ScalarType x_type = ScalarType::f32;
+    ScalarType w_type = ScalarType::f32;
+    long long rows = 0, cols = 0;
+    float eps = 1e-5f;
+    bool zero_centered = false;
+    const void* x = nullptr;
+    const void* residual = nullptr;  // optional: normalise h = x + residual
+    void* h_out = nullptr;           // required with residual: receives h
+    const void* weight = nullptr;    // optional (no weight: w' = 1)
+    const void* bias = nullptr;      // optional
+    void* y = nullptr;
+    float* mean = nullptr;  // LayerNorm statistics; both may be null when no backward follows
+    float* rstd = nullptr;
+    const NormTuning* tuning = nullptr;  // null: the defaults (the measured best)
+};
+// The longest row the forward takes (its columns are 32-bit offsets within a row): 2^30 values,
+// 4 GiB of f32. Longer rows throw.
+constexpr long long kNormMaxCols = 1LL << 30;
+void norm_forward(const NormForwardArgs& a);
+
+struct NormBackwardArgs {
+    NormKind kind = NormKind::rms;
+    ScalarType x_type = ScalarType::f32;
+    ScalarType w_type = ScalarType::f32;
+    long long rows = 0, cols = 0;
+    bool zero_centered = false;
+    NormReduction reduction = NormReduction::grid;
+    const void* x = nullptr;  // the normalised input (h when the residual add was fused)
+    const void* dy = nullptr;
+    const void* dh = nullptr;      // optional: added into dx
+    const void* weight = nullptr;  // optional
+    const float* mean = nullptr;   // LayerNorm
+    const float* rstd = nullptr;
+    void* dx = nullptr;
+    void* dweight = nullptr;  // optional (needs weight)
+    void* dbias = nullptr;    // optional
+    bool accumulate = false;  // add into dweight / dbias instead of overwriting them
+    void* workspace = nullptr;
+    const NormTuning* tuning = nullptr;  // null: the defaults (the measured best)
+};
 
 // The strategy `automatic` resolves to for this shape and type.
 NormReduction norm_pick_reduction(long long rows, long long cols, ScalarType x_type);

@@ -185,6 +185,7 @@ private:
         a.cols = cols();
         a.zero_centered = opt_.zero_centered;
         a.reduction = opt_.reduction;
+        a.tuning = opt_.tuning;
         a.x = input_.raw_data();
         a.dy = gy.raw_data();
         a.dh = gh.defined() ? gh.raw_data() : nullptr;
@@ -258,6 +259,7 @@ NormResidualResult norm_forward(NormKind kind, const Tensor& x, const Tensor& re
         a.cols = cols;
         a.eps = static_cast<float>(opt.eps);
         a.zero_centered = opt.zero_centered;
+        a.tuning = opt.tuning;
         a.x = x.raw_data();
         a.residual = residual.defined() ? residual.raw_data() : nullptr;
         a.h_out = h.defined() ? h.raw_data() : nullptr;

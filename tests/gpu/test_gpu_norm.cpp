@@ -82,7 +82,7 @@ struct Outputs {
 
 // Runs forward and backward on one device/dtype; grads of L = sum(y * dy) + sum(h * dh).
 Outputs run(const Case& c, const Inputs& in, Device device, DType x_type, DType w_type,
-            NormReduction reduction) {
+            NormReduction reduction, const kernels::NormTuning* tuning = nullptr) {
     auto prep = [&](const Tensor& t, DType type, bool grad) {
         Tensor out = t.to(type).to(device).detach();
         if (grad) out.set_requires_grad(true);
@@ -96,6 +96,7 @@ Outputs run(const Case& c, const Inputs& in, Device device, DType x_type, DType 
     o.eps = c.eps;
     o.zero_centered = c.zero_centered;
     o.reduction = reduction;
+    o.tuning = tuning;
     Outputs out;
     if (c.residual && device == Device::cpu) {
         // The kernel stores h = x + r in the activation dtype and normalises that stored h; the
@@ -175,12 +176,13 @@ double dx_scale(const Case& c, const Inputs& in) {
     return std::sqrt(total);
 }
 
-// Both strategies on the GPU against the reference `ref`.
-void check_strategies(const Case& c, const Inputs& in, const Outputs& ref) {
+// Both strategies on the GPU against the reference `ref`, under `tuning` (null: the defaults).
+void check_strategies(const Case& c, const Inputs& in, const Outputs& ref,
+                      const kernels::NormTuning* tuning = nullptr) {
     double tx = tol_for(c.x_type), tw = std::max(tol_for(c.w_type), 1e-4), sx = dx_scale(c, in);
     for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
         INFO("reduction " << kernels::norm_reduction_name(red));
-        Outputs g = run(c, in, Device::cuda, c.x_type, c.w_type, red);
+        Outputs g = run(c, in, Device::cuda, c.x_type, c.w_type, red, tuning);
         compare("y", g.y, ref.y, tx);
         compare("h", g.h, ref.h, tx);
         compare("dx", g.dx, ref.dx, tx, sx);
@@ -191,10 +193,11 @@ void check_strategies(const Case& c, const Inputs& in, const Outputs& ref) {
 }
 
 // The reference once, then both strategies on the GPU against it.
-void check_case(const Case& c) {
+void check_case(const Case& c, const kernels::NormTuning* tuning = nullptr) {
     INFO(c.describe());
     Inputs in = make_inputs(c);
-    check_strategies(c, in, run(c, in, Device::cpu, DType::f64, DType::f64, NormReduction::automatic));
+    check_strategies(c, in, run(c, in, Device::cpu, DType::f64, DType::f64, NormReduction::automatic),
+                     tuning);
 }
 
 // Every (M, N) pair of the grid, each with two option sets; the option sets and eps cycle so that
@@ -313,9 +316,6 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
         }
         tunings.push_back(k);
     }
-    struct Restore {  // the default tuning again, however this test ends
-        ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
-    } restore;
     for (std::int64_t n : {7, 384, 4096, 16384, 32768}) {
         std::int64_t m = std::min<std::int64_t>(2000, std::max<std::int64_t>(1, max_elems() / n / 4));
         for (const Case& c : {Case{NormKind::layer, DType::bf16, DType::f32, true, true, true, false,
@@ -337,8 +337,7 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
                      << ", fixed rows " << t.forward_fixed_rows
                      << ", usual affine " << t.usual_affine
                      << ", grid column sums " << t.grid_column_sums);
-                kernels::set_norm_tuning(t);
-                check_strategies(c, in, ref);
+                check_strategies(c, in, ref, &t);
             }
         }
     }
@@ -347,26 +346,23 @@ TEST_CASE("results do not depend on the tuning knobs", "[gpu][norm]") {
 TEST_CASE("short rows on every fixed threads-a-row and vectors-a-thread kernel", "[gpu][norm]") {
     // Rows of 1 to 500 16-byte vectors, laid over 4 to 128 threads of 1 to 4 vectors by the row
     // vector targets 1, 2 and 4: together they reach all 24 register kernels built for their
-    // threads a row (norm_forward.cu, with_fixed_row), most of them with a last vector that only
+    // threads a row (kernels/norm/forward.cu, with_fixed_row), most of them with a last vector that only
     // some lanes hold. M = 37: the last block holds fewer rows than the others.
     REQUIRE(cuda_is_available());
-    struct Restore {
-        ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
-    } restore;
     int k = 0;
     for (DType xt : {DType::f32, DType::bf16}) {
         const std::int64_t vec = 16 / static_cast<std::int64_t>(dtype_size(xt));
         for (int target : {1, 2, 4}) {
             kernels::NormTuning t;
             t.forward_row_vectors = target;
-            kernels::set_norm_tuning(t);
             for (std::int64_t nvec :
                  {1, 5, 7, 11, 13, 19, 25, 35, 51, 67, 99, 128, 131, 195, 259, 387, 500}) {
                 for (NormKind kind : {NormKind::rms, NormKind::layer}) {
                     INFO("row vectors " << target);
                     const int bits = k++;
                     check_case(Case{kind, xt, DType::f32, true, (bits & 1) != 0, (bits & 2) != 0,
-                                    (bits & 4) != 0, kEps[bits % 3], 37, nvec * vec});
+                                    (bits & 4) != 0, kEps[bits % 3], 37, nvec * vec},
+                               &t);
                 }
             }
         }
@@ -404,7 +400,8 @@ struct KernelCall {
     kernels::NormForwardArgs f;
     kernels::NormBackwardArgs b;
 
-    KernelCall(std::int64_t m, std::int64_t n, DType dt, DType wt, NormReduction reduction) {
+    KernelCall(std::int64_t m, std::int64_t n, DType dt, DType wt, NormReduction reduction,
+               const kernels::NormTuning* tuning = nullptr) {
         x = rounded({m, n}, dt, 0.5f, 2.0f).to(dt).to(Device::cuda);
         dy = rounded({m, n}, dt).to(dt).to(Device::cuda);
         w = rounded({n}, wt, 1.0f, 0.3f).to(wt).to(Device::cuda);
@@ -425,6 +422,7 @@ struct KernelCall {
         b.mean = f.mean = mean.data<float>();
         b.rstd = f.rstd = rstd.data<float>();
         b.reduction = reduction;
+        f.tuning = b.tuning = tuning;
         b.dy = dy.raw_data();
         b.dx = dx.raw_data();
         b.dweight = dw.raw_data();
@@ -445,9 +443,6 @@ TEST_CASE("the backward adds into existing dw and db when asked to", "[gpu][norm
     // and for each way strategy (b) adds its partial rows (the staged grid itself or the column
     // kernel): short rows (register kernel), staged rows, split rows.
     REQUIRE(cuda_is_available());
-    struct Restore {
-        ~Restore() { kernels::set_norm_tuning(kernels::NormTuning{}); }
-    } restore;
     for (std::int64_t n : {384, 4096, 32768}) {
         for (auto [dt, wt] : {std::pair{DType::bf16, DType::f32}, std::pair{DType::bf16, DType::bf16},
                               std::pair{DType::f32, DType::f32}}) {
@@ -459,8 +454,7 @@ TEST_CASE("the backward adds into existing dw and db when asked to", "[gpu][norm
                               << ", grid column sums " << grid_sums);
                     kernels::NormTuning tuning;
                     tuning.grid_column_sums = grid_sums;
-                    kernels::set_norm_tuning(tuning);
-                    KernelCall call(m, n, dt, wt, red);
+                    KernelCall call(m, n, dt, wt, red, &tuning);
                     call.forward();
                     call.backward();  // overwrite: the gradients alone
                     std::vector<double> want_w = call.dw.to_vector<double>(),

@@ -1,6 +1,8 @@
-// kernels/norm_common.cuh: pieces the norm kernels share (included from .cu files only):
-// 16-byte vector packs, the launch geometry of a row, and sums over the threads that hold one
-// row (the float <-> storage conversions are float_types.cuh's).
+// kernels/norm/common.cuh: device pieces the tuned norm kernels share (included from forward.cu
+// and backward.cu only): 16-byte vector packs, a row's place in a block, sums over the threads
+// that hold one row, the staging of row groups in shared memory, and the launch helpers that
+// carry out a plan (the plans themselves are plan.h's; the float <-> storage conversions are
+// float_types.cuh's).
 //
 // Geometry. A row of N values is held by `tpr` threads (a power of two, 4 to 1024). Thread `lane`
 // of a row holds ITEMS vectors of VEC elements: vector i covers columns (i * tpr + lane) * VEC ..
@@ -21,11 +23,14 @@
 #include <string>
 #include <type_traits>
 
-#include "float_types.cuh"
-#include "norm.h"
-#include "runtime.h"
+#include "kernels/float_types.cuh"
+#include "kernels/norm.h"
+#include "kernels/norm/plan.h"
+#include "kernels/runtime.h"
 
 namespace fg::kernels::norm_detail {
+
+using namespace norm_plan;  // RowLayout, StagedPlan, the kernels' limits (kForwardElems, ...)
 
 // to_float / from_float: kernels/float_types.cuh.
 
@@ -273,8 +278,6 @@ __device__ __forceinline__ void prefetch_row_group(const T* t, long long rg, int
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define FG_NORM_STAGED 1
 #endif
-constexpr int kMaxStages = 4;
-constexpr int kMaxSplit = 8;  // blocks a row may be split over (the portable cluster size)
 
 #ifdef FG_NORM_STAGED
 // Thread 0 only: barriers with one arrival per phase (the thread that issues the copies), made
@@ -411,110 +414,6 @@ __device__ __forceinline__ float2 cluster_row_sums(float2 mine, float2 (*slots)[
 }
 #endif
 
-// Host side: how a row of `cols` elements is laid over threads.
-struct RowLayout {
-    int vec = 1;       // elements per vector (16 bytes when sizes and alignment allow)
-    int items = 1;     // vectors per thread
-    int tpr = 32;      // threads per row
-    int threads = 32;  // threads per block
-    bool looped = false;
-    int rows_per_block() const { return threads / tpr; }
-};
-
-// max_elems: register budget per thread (elements of x held at once). Rows take at most 512
-// threads; when 512 threads cannot hold the row, 1024 if that brings a thread's share down to at
-// most wide_items vectors and wide_bytes bytes (the kernels instantiated for so small a share are
-// built for 1024 threads; 1024-thread blocks measured slower where 512 suffice). target_items:
-// the vectors a thread aims to hold when the register budget allows.
-inline RowLayout row_layout(long long cols, int elem_bytes, bool vector_ok, int max_elems,
-                            int wide_bytes, int wide_items, int target_items = 4) {
-    RowLayout l;
-    l.vec = vector_ok ? 16 / elem_bytes : 1;
-    long long nvec = (cols + l.vec - 1) / l.vec;
-    int max_items = max_elems / l.vec < 1 ? 1 : max_elems / l.vec;
-    if (max_items > 8) max_items = 8;
-    auto pow2_items = [&](int tpr) {
-        long long items = (nvec + tpr - 1) / tpr;
-        int it = 1;
-        while (it < items) it *= 2;
-        return it;
-    };
-    // Aim for about target_items vectors per thread (4: enough loads in flight, few idle lanes),
-    // then widen the row to more threads while a thread would hold more than its register budget.
-    auto too_long = [&](int tpr) { return (nvec + tpr - 1) / tpr > max_items; };
-    long long want = (nvec + target_items - 1) / target_items;
-    int tpr = 4;
-    while (tpr < want && tpr < 512) tpr *= 2;
-    while (too_long(tpr) && tpr < 512) tpr *= 2;
-    const int wide = pow2_items(1024);  // 1024 threads, when 512 are too few and the share fits
-    if (too_long(tpr) && !too_long(1024) && wide <= wide_items &&
-        wide * l.vec * elem_bytes <= wide_bytes)
-        tpr = 1024;
-    if (too_long(tpr)) {  // too long for registers: stream it
-        l.looped = true;
-        l.tpr = l.threads = 512;
-        l.items = 1;
-        return l;
-    }
-    const int items = pow2_items(tpr);
-    l.items = items;
-    l.tpr = tpr;
-    l.threads = tpr >= 128 ? tpr : 128;
-    return l;
-}
-
-// Rows staged in shared memory (see above): threads hold no row, only what they accumulate, so
-// a thread can take more of the row. Rows of tpr threads, items vectors each, rows_per_block()
-// rows per stage; `streams` tensors per row (x, and dy / dh in the backward).
-struct StagedLayout {
-    RowLayout rows;
-    int stages = 0;              // 0: the row does not fit (use the register kernels)
-    std::size_t stage_bytes = 0;
-};
-
-inline long long pow2_ceil(long long v) {
-    long long p = 1;
-    while (p < v) p *= 2;
-    return p;
-}
-inline long long pow2_floor(long long v) {  // 1 for v < 1
-    long long p = 1;
-    while (p * 2 <= v) p *= 2;
-    return p;
-}
-
-// Needs 16-byte vectors (cols * elem_bytes a multiple of 16, pointers aligned). Blocks of up to
-// `max_threads` threads (a power of two, at most 512); a stage aims at `stage_target` bytes (whole
-// rows), two to `max_stages` stages must fit in `smem_budget`, and a thread holds at most
-// max_elems columns in at most 4 vectors (8 f32 vectors, 64 sums, spill).
-inline StagedLayout staged_layout(long long cols, int elem_bytes, int streams, int max_elems,
-                                  std::size_t stage_target, std::size_t smem_budget,
-                                  int max_threads, int max_stages) {
-    StagedLayout s;
-    const int vec = 16 / elem_bytes;
-    const long long nvec = cols / vec;
-    const int max_items = std::max(1, std::min(4, max_elems / vec));
-    int tpr = 4;  // the fewest threads that can hold the row...
-    while (tpr < max_threads && (nvec + tpr - 1) / tpr > max_items) tpr *= 2;
-    if ((nvec + tpr - 1) / tpr > max_items) return s;
-    // ... then more, while the stage could not hold enough rows to fill the block.
-    const std::size_t row_bytes = (std::size_t)cols * elem_bytes * streams;
-    long long rows_fit = 1;
-    while ((std::size_t)(rows_fit * 2) * row_bytes <= stage_target) rows_fit *= 2;
-    long long wide = std::max<long long>(tpr, max_threads / rows_fit);
-    tpr = (int)std::min<long long>(std::max<long long>(tpr, std::min(wide, pow2_ceil(nvec))),
-                                   max_threads);
-    const int rpb = (int)std::min<long long>(max_threads / tpr, rows_fit);
-    s.rows.vec = vec;
-    s.rows.tpr = tpr;
-    s.rows.threads = tpr * rpb;
-    s.rows.items = (int)pow2_ceil((nvec + tpr - 1) / tpr);
-    s.stage_bytes = (std::size_t)rpb * row_bytes;
-    s.stages = (int)std::min<std::size_t>(max_stages, smem_budget / s.stage_bytes);
-    if (s.stages < 2) s.stages = 0;
-    return s;
-}
-
 // Calls f(std::integral_constant<int, items>{}) for a layout's items (1, 2, 4 or 8): the kernels
 // are templates on it, and each launcher instantiates only the counts it can be given.
 template <typename F>
@@ -527,12 +426,12 @@ void with_items(int items, F&& f) {
     }
 }
 
-// Blocks of a persistent grid: as many as fit on the device at once (at most the tuning's threads
-// per SM), never more than there are row groups.
+// Blocks of a persistent grid: as many as fit on the device at once (at most threads_per_sm, the
+// tuning's cap, per SM), never more than there are row groups.
 inline unsigned persistent_blocks(const void* kernel, int threads, std::size_t smem,
-                                  long long groups) {
+                                  long long groups, int threads_per_sm) {
     int per_sm = std::min(resident_blocks_per_sm(kernel, threads, smem),
-                          std::max(1, norm_tuning().grid_threads_per_sm / threads));
+                          std::max(1, threads_per_sm / threads));
     return (unsigned)std::max(1LL, std::min(groups, (long long)per_sm * device_info().sm_count));
 }
 
@@ -544,108 +443,6 @@ inline bool staging_built_for(const void* kernel) {
     cudaFuncAttributes attr{};
     FG_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
     return attr.binaryVersion >= 90;
-}
-
-// Blocks to split a staged row of `nvec` 16-byte vectors over, in order of preference (the plan
-// takes the first that divides the row and fits; none: the row is staged whole, or not at all).
-// kAuto: a row a block stages well whole (`whole_ok`) is not split; longer rows go in the fewest
-// slices of at most `slice_vectors` vectors, else (`finer`) in more, else in fewer. A tuning's
-// split_blocks p >= 2: p, 2p, ..., kMaxSplit, for any row; 1: never. (A fixed array, not a
-// vector: this runs on every call.)
-struct SplitOrder {
-    int parts[3] = {};  // at most 2, 4 and 8
-    int count = 0;
-    void add(int p) { parts[count++] = p; }
-    const int* begin() const { return parts; }
-    const int* end() const { return parts + count; }
-};
-inline SplitOrder split_candidates(long long nvec, bool whole_ok, int split_blocks,
-                                   long long slice_vectors, bool finer) {
-    SplitOrder order;
-    if (split_blocks == 1) return order;
-    if (split_blocks != NormTuning::kAuto) {
-        for (int p = std::max(2, split_blocks); p <= kMaxSplit; p *= 2) order.add(p);
-        return order;
-    }
-    if (whole_ok || nvec <= slice_vectors) return order;
-    int first = 2;
-    while (first < kMaxSplit && nvec > first * slice_vectors) first *= 2;
-    for (int p = first; p <= (finer ? kMaxSplit : first); p *= 2) order.add(p);
-    for (int p = first / 2; p >= 2; p /= 2) order.add(p);
-    return order;
-}
-
-// A staged launch as the host plans it: the rows' layout over a block, how many stages (0: not
-// staged), how many blocks of a cluster share each row (1: none), and the dynamic shared memory.
-struct StagedPlan {
-    RowLayout rows;
-    int stages = 0;
-    int split = 1;
-    std::size_t smem = 0;
-};
-
-// What a kernel asks of plan_staged: how much a thread may hold, how rows are split, and the
-// blocks and stages it runs best with (each kernel's measured choice, in its file).
-struct StagedRules {
-    int max_elems = 32;             // columns a thread sums or holds
-    int whole_elems = 32;           // a row staged whole: at most this many columns a thread
-    long long slice_vectors = 1024;  // split rows: slices of at most this many vectors
-    bool finer = false;             // split_candidates: try finer splits after the first
-    int whole_threads = 512;        // block threads when rows are staged whole
-    int split_threads = 512;        // ... when a block stages a slice of a split row
-    int max_stages = kMaxStages;    // NormTuning::stages, when set, overrides
-};
-
-// The staged plan for rows of `cols` values of `streams` tensors under the current tuning (the
-// caller has checked 16-byte vectors and staging_built_for). A row is staged whole when a block
-// can hold it with at most `whole_elems` columns a thread; otherwise it is split over a cluster
-// (split_candidates, slices of one row per stage); otherwise it is not staged.
-// `extra(layout, slice_cols)`: bytes of shared memory the kernel keeps besides its stages.
-template <typename Extra>
-StagedPlan plan_staged(long long cols, int elem_bytes, int streams, const StagedRules& rules,
-                       Extra extra) {
-    const NormTuning tuning = norm_tuning();
-    StagedPlan plan;
-    if (tuning.stage_bytes <= 0) return plan;
-    const int vec = 16 / elem_bytes;
-    const std::size_t budget = (std::size_t)device_info().smem_per_block_optin - 1024;  // static
-    const int max_stages = tuning.stages == NormTuning::kAuto
-                               ? rules.max_stages
-                               : std::max(2, std::min(kMaxStages, tuning.stages));
-    // A split row's slices go one to a stage (the split kernels take one row per stage).
-    auto layout_for = [&](long long c) {
-        const bool whole = c == cols;
-        const std::size_t target =
-            whole ? (std::size_t)tuning.stage_bytes : (std::size_t)c * elem_bytes * streams;
-        StagedLayout l =
-            staged_layout(c, elem_bytes, streams, rules.max_elems, target, budget,
-                          whole ? rules.whole_threads : rules.split_threads, max_stages);
-        if (l.stages > 0) {  // room for the kernel's other buffers too
-            const std::size_t more = extra(l, c);
-            const std::size_t left = budget > more ? budget - more : 0;
-            l.stages = (int)std::min<std::size_t>(l.stages, left / l.stage_bytes);
-            if (l.stages < 2) l.stages = 0;
-        }
-        return l;
-    };
-    StagedLayout sl = layout_for(cols);
-    const bool whole_ok = sl.stages > 0 && sl.rows.items * vec <= rules.whole_elems;
-    for (int parts : split_candidates(cols / vec, whole_ok, tuning.split_blocks,
-                                      rules.slice_vectors, rules.finer)) {
-        if (cols % ((long long)parts * vec) != 0) continue;  // 16-byte slices
-        StagedLayout slice = layout_for(cols / parts);
-        if (slice.stages > 0 && slice.rows.rows_per_block() == 1) {
-            sl = slice;
-            plan.split = parts;
-            break;
-        }
-    }
-    if (sl.stages > 0) {
-        plan.rows = sl.rows;
-        plan.stages = sl.stages;
-        plan.smem = sl.stages * sl.stage_bytes + extra(sl, cols / plan.split);
-    }
-    return plan;
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory (more than 48 KiB with its static shared

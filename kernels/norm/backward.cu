@@ -26,17 +26,14 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "norm_common.cuh"
-#include "runtime.h"
+#include "kernels/norm/common.cuh"
+#include "kernels/runtime.h"
 
 namespace fg::kernels {
 namespace {
 
 using namespace norm_detail;
 
-constexpr int kBackwardElems = 16;  // the most a tuning may ask: x, dy, two sums per element
-// Staged kernel: x_hat and g are held between the passes up to this many columns a thread.
-constexpr int kHeldElems = 16;
 
 template <typename T, typename W>
 struct BackwardParams {
@@ -580,150 +577,48 @@ __global__ void norm_partials_sum_kernel(const float* partial_dw, const float* p
     }
 }
 
-// Everything the host decides for one backward call.
-struct BackwardPlan {
-    RowLayout layout;
-    bool vector_ok = false;
-    NormReduction reduction = NormReduction::grid;
-    long long blocks = 0;   // grid size of the main kernel (grid: at most; see launch_backward)
-    int partial_rows = 0;   // R: G (locked), or the most P can be (grid)
-    std::size_t smem = 0;   // dynamic shared memory of the main kernel
-    bool partials = false;  // dw or db wanted
-    StagedPlan staged;      // stages > 0: the staged kernel (grid only); split > 1: clusters
-    bool grid_sums = false;  // the staged grid adds its partial rows (no column kernel)
-};
-
-constexpr int kStagedElems = 32;  // columns a staged thread sums over (two fp32 sums each)
-
-// Whether the staged kernel can run here (norm_common.cuh).
+// Whether the staged kernels are in this binary and the device can run them (common.cuh).
 bool staging_supported() {
     static const bool ok = staging_built_for((const void*)norm_partials_sum_kernel<float>);
     return ok;
 }
 
-// kAuto splits (split_candidates): a row that a block stages whole holding at most kHeldElems
-// columns a thread is not split; longer rows go in slices of at most kSliceVectors vectors.
-// Measured on an H100 (bench_norm --sweep, docs/norms-history.md): f32 rows of 8192 run best
-// whole (83-86% of copy; split in two 74%); bf16 rows of 16384 (32 columns a thread) best in
-// two; once split, slices of 16 KiB per tensor (two vectors a thread) beat larger ones.
-constexpr long long kSliceVectors = 1024;
-
-// Blocks and stages of the staged backward, for rows of `nvec` vectors of `elem_bytes` values.
-// Measured on an H200 (session 11, bench_norm --sweep, % of copy, docs/norms-history.md):
-// - two stages rather than four: f32 RMSNorm 8192 x 4096 78.4 -> 84.6, no shape lower by more
-//   than 1;
-// - a row split over a cluster in blocks of 256 threads rather than 512, so that two blocks share
-//   an SM (while one waits on its cluster's row sums, the other works): f32 LayerNorm 2048 x 16384
-//   61.9 -> 72.3, 1024 x 32768 57.5 -> 70.0, bf16 RMSNorm 2048 x 16384 50.9 -> 60.9;
-// - bf16 / f16 rows of up to 512 vectors (N <= 4096) in blocks of 256 threads holding at most 16
-//   columns each (two blocks an SM, each with its own barriers; the same work a thread):
-//   RMSNorm 32768 x 1024 71 -> 74.7, LayerNorm 66.3 -> 69.4, 16384 x 384 +1.2-1.5, 8192 x 4096
-//   +0.5-1. With 32 columns a thread they lost 3-8 points; f32 rows of 1024-8192 lost 2-5 in such
-//   blocks (f32 16384 x 384 gained 2-3: not taken, one shape).
-constexpr int kBackwardStages = 2;
-constexpr int kSplitThreads = 256;
-constexpr long long kHalfBlockVectors = 512;  // bf16 / f16 rows this short: 256-thread blocks
-
-StagedRules backward_staged_rules(int max_elems, int elem_bytes, long long nvec) {
-    StagedRules r;
-    r.max_elems = max_elems;
-    r.whole_elems = kHeldElems;
-    r.slice_vectors = kSliceVectors;
-    r.finer = true;
-    r.whole_threads = 512;
-    r.split_threads = kSplitThreads;
-    r.max_stages = kBackwardStages;
-    if (elem_bytes == 2 && nvec <= kHalfBlockVectors) {
-        r.whole_threads = 256;
-        r.max_elems = std::min(max_elems, kHeldElems);
-    }
-    return r;
+// The device as the plans see it (plan.h), with this file's staging support.
+NormDevice backward_device() {
+    const DeviceInfo& d = device_info();
+    NormDevice n;
+    n.sm_count = d.sm_count;
+    n.l2_bytes = d.l2_bytes;
+    n.max_threads_per_sm = d.max_threads_per_sm;
+    n.smem_per_block_optin = d.smem_per_block_optin;
+    n.smem_per_sm = d.smem_per_sm;
+    n.cooperative_launch = d.cooperative_launch;
+    n.staging = staging_supported();
+    return n;
 }
 
-int lock_rows_for(long long cols) {
-    return cols <= 1024 ? 256 : cols <= 4096 ? 128 : cols <= 8192 ? 96 : 64;
-}
-
-std::size_t round256(std::size_t b) {
-    return (b + 255) / 256 * 256;
-}
-
-BackwardPlan plan_backward(const NormBackwardArgs& a) {
-    BackwardPlan plan;
-    int eb = elem_bytes(a.x_type), wb = a.w_type == ScalarType::f32 ? 4 : 2;
-    int vec = 16 / eb;
-    plan.vector_ok = a.cols % vec == 0;
+// The plan of one backward call: what the call is (pointers' alignment included), planned for
+// this device under the call's tuning.
+BackwardPlan plan_for(const NormBackwardArgs& a) {
+    const int eb = elem_bytes(a.x_type), wb = a.w_type == ScalarType::f32 ? 4 : 2;
+    const int vec = 16 / eb;
+    NormCall call;
+    call.kind = a.kind;
+    call.elem_bytes = eb;
+    call.weight_bytes = wb;
+    call.rows = a.rows;
+    call.cols = a.cols;
+    call.weight = a.weight != nullptr;
+    call.zero_centered = a.zero_centered;
+    call.dh = a.dh != nullptr;
+    call.partials = a.dweight != nullptr || a.dbias != nullptr;
+    call.reduction = a.reduction;
+    call.vector_ok = a.cols % vec == 0;
     for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx})
-        plan.vector_ok = plan.vector_ok && aligned_to(ptr, 16);
-    plan.vector_ok = plan.vector_ok && aligned_to(a.weight, wb * vec);
-    plan.reduction = a.reduction == NormReduction::automatic
-                         ? norm_pick_reduction(a.rows, a.cols, a.x_type)
-                         : a.reduction;
-    // Measured (docs/norms-history.md): for (b), short rows go fastest at one vector a thread;
-    // (a) takes a lock per block, so it keeps the larger share (fewer blocks queueing on locks).
-    int elems = norm_tuning().backward_elems;
-    if (elems == NormTuning::kAuto) {
-        long long nvec = plan.vector_ok ? a.cols / vec : a.cols;
-        bool short_row = nvec <= 256 && plan.reduction == NormReduction::grid;
-        elems = short_row ? (plan.vector_ok ? vec : 1) : kBackwardElems;
-    }
-    plan.layout = row_layout(a.cols, eb, plan.vector_ok, std::min(kBackwardElems, elems), 16, 1);
-    plan.partials = a.dweight != nullptr || a.dbias != nullptr;
-    if (plan.reduction == NormReduction::grid && plan.vector_ok && staging_supported()) {
-        const int tuned = norm_tuning().backward_elems;
-        const int staged_elems =
-            tuned == NormTuning::kAuto ? kStagedElems : std::min(kStagedElems, tuned);
-        plan.staged = plan_staged(a.cols, eb, a.dh ? 3 : 2,
-                                  backward_staged_rules(staged_elems, eb, a.cols / vec),
-                                  [](const StagedLayout&, long long) { return 0; });
-        if (plan.staged.stages > 0) {
-            plan.layout = plan.staged.rows;
-            plan.smem = plan.staged.smem;
-        }
-    }
-    const RowLayout& l = plan.layout;
-    long long groups = l.looped ? a.rows : (a.rows + l.rows_per_block() - 1) / l.rows_per_block();
-    if (plan.reduction == NormReduction::locked) {
-        plan.blocks = groups;
-        plan.partial_rows = (int)std::min<long long>(lock_rows_for(a.cols), std::max(1LL, groups));
-    } else {  // the launch sizes P from occupancy; the workspace is sized for the most it can be
-        // (split rows: P counts clusters, each one partial row)
-        int threads_per_sm =
-            std::min(norm_tuning().grid_threads_per_sm, device_info().max_threads_per_sm);
-        long long per_sm = std::max(1, threads_per_sm / l.threads);
-        // Staged blocks are held back by shared memory first (one an SM at most stage sizes):
-        // an upper bound that ignores static and reserved shared memory, so never below what
-        // the launch's occupancy query finds (the launch takes at most plan.blocks).
-        if (plan.smem > 0)
-            per_sm = std::min<long long>(
-                per_sm, std::max<long long>(1, device_info().smem_per_sm / (long long)plan.smem));
-        plan.blocks =
-            std::min<long long>(groups, per_sm * device_info().sm_count / plan.staged.split);
-        plan.partial_rows = (int)std::max(1LL, plan.blocks);
-    }
-    if (plan.staged.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
-        plan.smem = sizeof(float) * (std::size_t)l.rows_per_block() * (std::size_t)a.cols;
-    // The staged grid adds its own partial rows (grid_column_sums; its stages hold the float4
-    // a thread it needs). Measured on an H100 (session 16, bench_norm --sweep, backward (b), %
-    // of copy, three runs, 'sums kernel' = the column kernel against the default): bf16
-    // LayerNorm 1024 x 32768 59.7-60.3 -> 62.6-63.3, 2048 x 16384 64.7-64.9 -> 66.0-66.4, bf16
-    // RMSNorm 1024 x 32768 66.3-66.7 -> 67.8-68.8, f32 LayerNorm 1024 x 32768 78.3-78.6 ->
-    // 81.2-81.8, f32 RMSNorm 1024 x 32768 81.8-82.3 -> 84.4-84.6, 4096 x 8192 83.1-83.4 ->
-    // 84.1-84.6; the other shapes -0.1 to +1.4 (none lower by more than the runs' spread).
-    plan.grid_sums = plan.partials && plan.staged.stages > 0 &&
-                     norm_tuning().grid_column_sums != 0 && device_info().cooperative_launch &&
-                     plan.smem >= sizeof(float4) * (std::size_t)l.threads;
-    return plan;
-}
-
-// Iterations ahead to prefetch. Measured on an H200 (bench_norm --sweep): one iteration ahead
-// gives the register kernel with several vectors a thread +4 to +8 points of copy bandwidth at
-// N = 1024 to 8192; with one vector a thread (many small blocks) it costs 2 to 7 points, and the
-// looped kernel loses 1 to 7.
-int backward_prefetch(const RowLayout& l) {
-    int d = norm_tuning().prefetch_distance;
-    if (d != NormTuning::kAuto) return d;
-    return l.looped || l.items == 1 ? 0 : 1;
+        call.vector_ok = call.vector_ok && aligned_to(ptr, 16);
+    call.vector_ok = call.vector_ok && aligned_to(a.weight, wb * vec);
+    static const NormDevice device = backward_device();
+    return plan_backward(call, device, a.tuning ? *a.tuning : NormTuning{});
 }
 
 // Launches the main kernel; returns its number of blocks. Locked: one per row group. Grid (b):
@@ -731,10 +626,12 @@ int backward_prefetch(const RowLayout& l) {
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
 unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
     const RowLayout& l = plan.layout;
-    const int prefetch = backward_prefetch(l);
+    const int prefetch = plan.prefetch;
     unsigned blocks = (unsigned)std::max(1LL, plan.blocks);
     auto size_grid = [&](const void* kernel) {
-        if (!LOCKED) blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks);
+        if (!LOCKED)
+            blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks,
+                                       plan.grid_threads_per_sm);
     };
     if constexpr (!LOCKED && VEC > 1) {
         const StagedPlan& staged = plan.staged;
@@ -757,13 +654,8 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
                     }
                 }
             };
-            // The usual module's weight (present, not zero-centred) as a constant: see
-            // load_affine and NormTuning::usual_affine. Measured on an H200 (session 15,
-            // bench_norm --sweep, backward (b), % of copy, 'any affine' against the default
-            // twice): bf16 with f32 weights, LayerNorm 4096 x 8192 60.8 -> 64.9 / 64.2, 32768 x
-            // 1024 68.6 -> 72.1 / 71.2, 1024 x 32768 47.3 -> 49.9 / 49.6, RMSNorm 4096 x 8192
-            // 68.9 -> 71.5 / 70.5, 1024 x 32768 55.1 -> 57.9 / 56.8; f32 0 to +1.7.
-            const bool plain_weight = norm_tuning().usual_affine && p.weight && !p.zero_centered;
+            // The usual module's weight (present, not zero-centred) as a constant (B8).
+            const bool plain_weight = plan.plain_weight;
             with_items(l.items, [&](auto items_tag) {
                 if (plain_weight) launch(items_tag, std::integral_constant<int, kAffineWeight>{});
                 else launch(items_tag, std::integral_constant<int, kAffineAny>{});
@@ -805,7 +697,7 @@ int launch_backward_strategy(const BackwardParams<T, W>& p, const BackwardPlan& 
 
 template <typename T, typename W>
 void backward_typed(const NormBackwardArgs& a) {
-    BackwardPlan plan = plan_backward(a);
+    const BackwardPlan plan = plan_for(a);
     BackwardParams<T, W> p{};
     p.rows = a.rows;
     p.cols = a.cols;
@@ -880,15 +772,12 @@ const char* norm_reduction_name(NormReduction r) {
 }
 
 NormReduction norm_pick_reduction(long long, long long, ScalarType) {
-    return NormReduction::grid;  // measured faster at every benchmarked shape (docs/norms.md)
+    return NormReduction::grid;  // B1 (plan.h): faster at every measured shape
 }
 
 std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& a) {
     if (a.rows == 0 || a.cols == 0) return 0;
-    BackwardPlan plan = plan_backward(a);
-    if (!plan.partials) return 0;
-    return 2 * round256(sizeof(float) * (std::size_t)plan.partial_rows * a.cols) +
-           round256(2 * sizeof(int) * plan.partial_rows);
+    return backward_workspace_bytes(plan_for(a), a.cols);
 }
 
 void norm_backward(const NormBackwardArgs& a) {

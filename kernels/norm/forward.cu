@@ -8,16 +8,13 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "norm_common.cuh"
-#include "runtime.h"
+#include "kernels/norm/common.cuh"
+#include "kernels/runtime.h"
 
 namespace fg::kernels {
 namespace {
 
 using namespace norm_detail;
-
-constexpr int kForwardElems = 32;  // the most a tuning may ask: elements of x per thread
-NormTuning g_tuning;
 
 template <typename T, typename W>
 struct ForwardParams {
@@ -210,11 +207,6 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
         write_row(std::integral_constant<int, kAffineAny>{});  // (p.usual_affine not read)
     }
 }
-
-// The most vectors a looped thread loads at once in its second pass, for UNROLL vectors a step:
-// at two blocks an SM (UNROLL <= 4, 32 registers a thread) 2 (a batch of 4 spills), at one block
-// an SM (UNROLL = 8, 64 registers) 4.
-constexpr int max_loop_batch(int unroll) { return unroll > 4 ? 4 : unroll < 2 ? unroll : 2; }
 
 // Whether the looped kernel has the usual-affine path beside the run-time one: for RMSNorm, and
 // for LayerNorm of 2-byte values and weights one vector a batch. Not for LayerNorm of 2-byte
@@ -464,14 +456,6 @@ __global__ void __launch_bounds__(512, 1)
 #endif
 }
 
-// Waves ahead to prefetch. Measured on an H200 (bench_norm --sweep): one wave ahead helps bf16
-// rows held in registers (+1 to +4 points of copy bandwidth at N = 1024 to 16384), costs f32
-// rows of 1024 to 8192 values a point or three, and costs the looped kernel up to 7 points.
-int forward_prefetch(bool looped, int elem_bytes, long long cols) {
-    if (g_tuning.prefetch_distance != NormTuning::kAuto) return g_tuning.prefetch_distance;
-    return !looped && (elem_bytes == 2 || cols >= 16384) ? 1 : 0;
-}
-
 // Blocks the register kernel, or the looped one, has resident on the device at once, times
 // `waves` (0 when `waves` is 0): how far ahead prefetch_forward looks.
 long long prefetch_ahead(int waves, const void* kernel, int threads) {
@@ -502,27 +486,21 @@ void with_fixed_row(int tpr, int items, F&& f) {
     }
 }
 
-// One block per row group (blocks come and go; that measured faster here than a persistent
-// grid). Each block prefetches the group some waves ahead of its own (forward_prefetch). Rows of
-// 16-byte vectors on at most 128 threads, at most 4 vectors each, take the kernel built for
-// their threads a row, holding exactly the vectors the row needs (row_layout rounds them up to a
-// power of two: a row of 48 vectors on 16 threads holds 3, not 4) unless the tuning says
-// otherwise. Measured on an H200 (bench_norm --sweep, 'run-time tpr' against the defaults, % of
-// copy, docs/norms-history.md session 13): bf16 LayerNorm 16384 x 384 43 -> 46,
-// 32768 x 1024 78 -> 80, 8192 x 512 33 -> 35; f32 LayerNorm 16384 x 384 63 -> 65.5,
-// 8192 x 512 56 -> 58; bf16 RMSNorm 16384 x 384 47.7 -> 49.5; the rest within a point.
+// One block per row group (blocks come and go). Each block prefetches the group some waves
+// ahead of its own (plan.prefetch_waves). A fixed row (plan.fixed_row) takes the kernel built
+// for its threads a row and exactly the vectors the row needs; other rows the kernel that reads
+// the threads a row at run time, holding a power of two of vectors.
 template <typename T, typename W, int VEC, bool LAYER>
-void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
-    const int waves = forward_prefetch(false, (int)sizeof(T), p.cols);
+void launch_forward(const ForwardParams<T, W>& p, const ForwardPlan& plan) {
+    const RowLayout& l = plan.rows;
     const unsigned blocks = (unsigned)((p.rows + l.rows_per_block() - 1) / l.rows_per_block());
     auto run = [&](auto kernel) {
         kernel<<<blocks, l.threads, 0, stream()>>>(
-            p, l.tpr, prefetch_ahead(waves, (const void*)kernel, l.threads));
+            p, l.tpr, prefetch_ahead(plan.prefetch_waves, (const void*)kernel, l.threads));
     };
-    const int items = (int)((p.cols / VEC + l.tpr - 1) / l.tpr);  // the vectors a row needs
-    if (VEC > 1 && l.tpr <= 128 && items <= 4 && g_tuning.forward_fixed_rows) {
-        if constexpr (VEC > 1) {  // (scalar rows never get here: no kernels built for them)
-            with_fixed_row(l.tpr, items, [&](auto tpr_tag, auto items_tag) {
+    if (plan.fixed_row) {
+        if constexpr (VEC > 1) {  // (scalar rows are never fixed: no kernels built for them)
+            with_fixed_row(l.tpr, plan.fixed_items, [&](auto tpr_tag, auto items_tag) {
                 run(norm_forward_kernel<T, W, VEC, decltype(items_tag)::value, LAYER,
                                         decltype(tpr_tag)::value>);
             });
@@ -537,66 +515,38 @@ void launch_forward(const ForwardParams<T, W>& p, const RowLayout& l) {
     FG_LAUNCH_CHECK();
 }
 
-// The looped kernel: one block of `threads` a row, `vectors` vectors a thread per step (1, 2, 4
-// or 8; scalar rows, VEC = 1, always take 4). Pass two loads 2 of them at once (4 at 8 vectors a
-// step), but 1 for LayerNorm of 2-byte values and for scalar rows; NormTuning::forward_loop_batch
-// overrides that, up to max_loop_batch. Measured on an H200 (session 14, bench_norm --sweep, % of
-// copy, 2 against 1, same build): f32 RMSNorm 2048 x 16384 89.6 against 85.8, 4096 x 8192 91.3
-// against 89.7, 8192 x 4096 91.6 against 90.6, f32 LayerNorm 1024 x 32768 75.6 against 74.0,
-// bf16 RMSNorm 2048 x 16384 80.0 against 78.9, 4096 x 8192 83.0 against 82.2; bf16 LayerNorm
-// 0.2-1.0 lower at all four looped shapes (and on an H100 1.5-2.5 lower at 4096 x 8192 and
-// 2048 x 16384). Scalar rows were not measured.
+// The looped kernel: one block of plan.loop_threads a row, plan.loop_vectors vectors a thread
+// per step, plan.loop_batch of them loaded at once in the second pass.
 template <typename T, typename W, int VEC, bool LAYER>
-void launch_forward_looped(const ForwardParams<T, W>& p, int threads, int vectors) {
-    const int waves = forward_prefetch(true, (int)sizeof(T), p.cols);
-    const int unroll = VEC > 1 ? vectors : 4;
-    int batch = unroll > 4 ? 4 : (LAYER && sizeof(T) == 2) || VEC == 1 ? 1 : 2;
-    if (g_tuning.forward_loop_batch != NormTuning::kAuto)
-        batch = (int)pow2_ceil(std::min(8, std::max(1, g_tuning.forward_loop_batch)));
-    batch = std::min(batch, max_loop_batch(unroll));  // only these are built
+void launch_forward_looped(const ForwardParams<T, W>& p, const ForwardPlan& plan) {
+    const int threads = plan.loop_threads;
     auto launch = [&](auto unroll_tag, auto batch_tag) {
         constexpr int kUnroll = decltype(unroll_tag)::value;
         constexpr int kBatch = decltype(batch_tag)::value;
         if constexpr ((VEC > 1 || kUnroll == 4) && kBatch <= max_loop_batch(kUnroll)) {
             auto kernel = norm_forward_looped_kernel<T, W, VEC, kUnroll, LAYER, kBatch>;
             kernel<<<(unsigned)p.rows, threads, 0, stream()>>>(
-                p, prefetch_ahead(waves, (const void*)kernel, threads));
+                p, prefetch_ahead(plan.prefetch_waves, (const void*)kernel, threads));
         }
     };
-    with_items(unroll, [&](auto unroll_tag) {
-        with_items(batch, [&](auto batch_tag) { launch(unroll_tag, batch_tag); });
+    with_items(plan.loop_vectors, [&](auto unroll_tag) {
+        with_items(plan.loop_batch, [&](auto batch_tag) { launch(unroll_tag, batch_tag); });
     });
     FG_LAUNCH_CHECK();
 }
 
-// Staged forward: whether it can run here, and its launch.
-constexpr int kStagedForwardElems = 32;  // columns a staged thread holds (at most 4 vectors)
-// Rows of at least this many values are staged (NormTuning::forward_stage_cols = kAuto).
-// Measured on an H100 (bench_norm --sweep, docs/norms-history.md): at N = 1024 to 8192 the
-// register kernel, many blocks per SM, is 1-4 points of copy ahead (f32 93-94% against 89-92%);
-// from N = 16384, where it needs 1024-thread blocks or the looped kernel, staging is 5 to 23 points
-// ahead (f32 1024 x 32768: 84-85% against 61-62%).
-constexpr long long kForwardStageCols = 16384;
-// kAuto splits: a row a block can stage whole is not split; longer rows go in the fewest slices of
-// at most 2048 vectors (a 512-thread block holding four vectors a thread), else in fewer, never
-// in more: slices of 16 KiB measured 20-45 points below slices of 32 KiB on an H100 (every
-// slice's row waits for the cluster's sums; the shorter the slice, the more that wait counts).
-// A row whose plan does not fit is left to the register kernel.
-constexpr long long kForwardSliceVectors = 2048;
-// Row groups a staged forward block has in shared memory at once. Measured on an H200 (session
-// 11, bench_norm --sweep, % of copy): two rather than four, f32 RMSNorm 1024 x 32768 81.5 -> 83.6
-// (staged by default); where the staged forward is forced, f32 LayerNorm 8192 x 4096 81.6 -> 83.9,
-// bf16 RMSNorm 4096 x 8192 74 -> 77; the rest level (within 1).
-constexpr int kForwardStages = 2;
-
+// Whether the staged kernels are in this binary and the device can run them (common.cuh).
 bool staging_supported() {
     static const bool ok =
         staging_built_for((const void*)norm_forward_looped_kernel<float, float, 4, 1, false, 1>);
     return ok;
 }
 
+// The staged forward: a persistent grid (as many blocks as fit at once), or, for split rows,
+// as many clusters as fit.
 template <typename T, typename W, int VEC, bool LAYER>
-void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan) {
+void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan,
+                           int threads_per_sm) {
     auto launch = [&](auto items_tag) {
         constexpr int kItems = decltype(items_tag)::value;
         if constexpr (kItems <= 4) {
@@ -608,8 +558,9 @@ void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan)
                 constexpr auto kernel = norm_forward_staged_kernel<T, W, VEC, kItems, LAYER, false>;
                 allow_dynamic_smem<kernel>(plan.smem);
                 const int rpb = plan.rows.rows_per_block();
-                const unsigned blocks = persistent_blocks((const void*)kernel, plan.rows.threads,
-                                                          plan.smem, (p.rows + rpb - 1) / rpb);
+                const unsigned blocks =
+                    persistent_blocks((const void*)kernel, plan.rows.threads, plan.smem,
+                                      (p.rows + rpb - 1) / rpb, threads_per_sm);
                 kernel<<<blocks, plan.rows.threads, plan.smem, stream()>>>(p, plan.rows.tpr,
                                                                              plan.stages);
             }
@@ -619,179 +570,72 @@ void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan)
     FG_LAUNCH_CHECK();
 }
 
-// The rows that two looped blocks an SM have in flight, read once and asked to stay in L2 for the
-// second read, may take up to this share of L2; where they would take more, rows go one block an
-// SM (rows_over_l2_share). Measured on an H100 (session 17, bench_norm --sweep, forward % of
-// copy, steps of 1024 x 4 vectors at two blocks an SM against 1024 x 8 at one): f32 rows of 32768
-// values (33 MiB in flight at two blocks an SM; 50 MiB of L2) LayerNorm 1024 x 32768 81.0
-// against 85.3, 2048 x 32768 85.1 against 90.9, RMSNorm 85.0 against 92.4 and 90.0 against 97.0,
-// bf16 RMSNorm 1024 x 65536 79.0 against 88.7; f32 rows of 24576 values (24.75 MiB) stay at two
-// blocks (RMSNorm 2048 x 24576 94.1 in steps of 1024 x 4, 1.5 steps a row; 76.9 in 1024 x 8,
-// 0.75). On an H200, whose L2 takes those 33 MiB, steps of 1024 x 4 were ahead for LayerNorm
-// (f32 1024 x 32768 75.9 against 70.5) and behind for RMSNorm (79.3 against 81.7, staged 83.3).
-constexpr double kLoopedL2Share = 0.6;
-
-bool rows_over_l2_share(long long cols, int elem_bytes) {
-    const double two_blocks_an_sm = 2.0 * device_info().sm_count * (double)cols * elem_bytes;
-    return two_blocks_an_sm > kLoopedL2Share * device_info().l2_bytes;
-}
-
-// Which rows the looped kernel takes when NormTuning::forward_loop_cols is kAuto: rows of 16-byte
-// vectors, from kForwardLoopVectors to kForwardLoopMaxVectors of them (f32 N = 4096 to 32768,
-// bf16 / f16 N = 8192 to 65536), each in about one step (looped_shape). Measured on an H200
-// (bench_norm --sweep, docs/norms-history.md): the second read costs little from L2, and 32
-// registers a thread let two 1024-thread blocks, or eight of 256, share an SM, so more rows are on
-// their way than the register kernel (which keeps the row) or the staged one (one block an SM) can
-// have: f32 RMSNorm 2048 x 16384 89% of copy against 82% staged, LayerNorm 4096 x 8192 88% against
-// 79% in registers, bf16 RMSNorm 4096 x 8192 82% against 76%. Shorter rows keep the register
-// kernel, several rows a block (one row a block is too little work); longer ones are staged, or
-// looped when they cannot be (too long for registers). Rows of 4097 to kForwardLoopStepVectors
-// vectors (most of a step of 1024 x 4, or more than one): LayerNorm's since session 10 (H200,
-// against the staged forward: f32 1024 x 32768 74% against 67%, 1365 x 24576 75% against 56%),
-// RMSNorm's since session 17 (against the staged forward: H100 f32 1024 x 24576 88.0% against
-// 85.0%, 1024 x 20480 88.5% against 83.1%; H200 78.2% against 72.1%, 79.6% against 62.8%). Longer
-// rows fill most of a step of 1024 x 8: LayerNorm's are looped, RMSNorm's where they are over the
-// L2 share (the staged forward was ahead of both looped shapes for them on an H200, above; on an
-// H100 f32 RMSNorm 1024 x 32768 92.4% looped against 84.8% staged, bf16 1024 x 65536 88.7% against
-// 83.2%). Rows of 16384 vectors stay staged (H100, f32 RMSNorm 1024 x 65536 89.7% staged, 77.6%
-// looped). Measured without a fused residual, which the looped kernel adds one vector at a time:
-// with one, rows of more than kForwardLoopMaxVectorsResidual vectors stay staged.
-constexpr long long kForwardLoopVectors = 1024;
-constexpr long long kForwardLoopStepVectors = 6144;
-constexpr long long kForwardLoopMaxVectors = 8192;
-constexpr long long kForwardLoopMaxVectorsResidual = 4096;
-
-// `over_l2`: rows_over_l2_share for these rows (the caller asks once; looped_shape needs it too).
-bool loop_by_default(long long cols, int vec, bool layer, bool residual, bool over_l2) {
-    const long long nvec = cols / vec;
-    if (vec == 1 || nvec < kForwardLoopVectors) return false;
-    if (residual) return nvec <= kForwardLoopMaxVectorsResidual;
-    if (nvec <= kForwardLoopStepVectors) return true;
-    return nvec <= kForwardLoopMaxVectors && (layer || over_l2);
-}
-
-// The looped kernel's block: `threads` threads, `vectors` vectors each in flight per step. kAuto:
-// a step covers the row where 1024 threads of 4 vectors can (nvec / 4 threads, at least 32, of
-// 4 vectors, up to 1024 threads); longer rows go in steps of 1024 threads of up to 8 vectors,
-// but rows loop_by_default takes (`by_default`) in steps of 1024 x 4, two blocks an SM, unless
-// those blocks' rows would take more than kLoopedL2Share of L2: then in steps of 1024 x 8, one
-// block an SM.
-struct LoopedShape {
-    int threads = 1024, vectors = 8;
-};
-LoopedShape looped_shape(long long cols, int vec, bool by_default, bool over_l2) {
-    const long long nvec = (cols + vec - 1) / vec;
-    LoopedShape s;
-    const int most_vectors = by_default && !over_l2 ? 4 : 8;
-    s.threads = (int)std::min<long long>(1024, std::max<long long>(32, pow2_floor(nvec / 4)));
-    s.vectors = (int)std::min<long long>(most_vectors,
-                                         std::max<long long>(1, pow2_floor(nvec / s.threads)));
-    if (g_tuning.forward_loop_threads != NormTuning::kAuto)
-        s.threads = std::min(1024, std::max(32, (int)pow2_ceil(g_tuning.forward_loop_threads)));
-    if (g_tuning.forward_loop_vectors != NormTuning::kAuto)
-        s.vectors = std::min(8, std::max(1, (int)pow2_ceil(g_tuning.forward_loop_vectors)));
-    return s;
-}
-
-// Vectors a thread of the register kernel aims to hold (row_layout's target_items). Measured on
-// an H200 (bench_norm --sweep, docs/norms-history.md, session 9): two vectors a thread (twice
-// the threads a row) beat four for RMSNorm and for f32 LayerNorm (N = 1024: f32 RMSNorm 89% -> 93%
-// of copy, f32 LayerNorm 88% -> 92%, bf16 RMSNorm 80% -> 83%; bf16 RMSNorm N = 4096 80% -> 82%),
-// but not for LayerNorm of 2-byte values (bf16 N = 1024 76% -> 71%, N = 4096 72% -> 65%), which
-// kept four, as do rows without 16-byte vectors (not measured). Measured again in session 18
-// (same sweep, today's kernels, four against two vectors, f32 / bf16 weights): on an H100 two
-// now win for bf16 LayerNorm at N = 1024 (32768 x 1024: 85.2 -> 88.5 / 83.9 -> 88.9) and
-// N = 2048 (16384 x 2048: 85.1 -> 87.8 / 83.5 -> 89.2), and at N = 4096 (8192 x 4096: 85.0 ->
-// 87.8), but lose a point at N = 384; on an H200 they are level or ahead at N = 1024-2048
-// (32768 x 1024: 79.1 -> 79.0 / 79.2 -> 80.8; 16384 x 2048: 79.3 -> 78.7 / 79.6 -> 81.0) and far
-// behind at N = 512-768 and 4096-6144 (8192 x 4096: 79.3 -> 66.4 / 79.1 -> 70.0), and at
-// N = 1536 (16384 x 1536: 75.2 -> 68.4 / 77.4 -> 68.2), whose 192 vectors two a thread spread
-// over 128 threads with a quarter of them idle (four a thread: 64 threads of exactly 3). So
-// rows of 128 or 256 vectors (kLayerTwoVectorsMin..Max, a power of two: bf16 / f16 N = 1024 and
-// 2048), which two vectors a thread cover exactly, take two.
-constexpr long long kLayerTwoVectorsMin = 128, kLayerTwoVectorsMax = 256;
-
-int row_vectors(bool layer, int elem_bytes, bool vector_ok, long long cols) {
-    if (g_tuning.forward_row_vectors != NormTuning::kAuto)
-        return std::max(1, g_tuning.forward_row_vectors);
-    if (!vector_ok) return 4;
-    if (!layer || elem_bytes != 2) return 2;
-    const long long nvec = cols * elem_bytes / 16;
-    const bool pow2 = (nvec & (nvec - 1)) == 0;
-    return pow2 && nvec >= kLayerTwoVectorsMin && nvec <= kLayerTwoVectorsMax ? 2 : 4;
+// The device as the plans see it (plan.h), with this file's staging support.
+NormDevice forward_device() {
+    const DeviceInfo& d = device_info();
+    NormDevice n;
+    n.sm_count = d.sm_count;
+    n.l2_bytes = d.l2_bytes;
+    n.max_threads_per_sm = d.max_threads_per_sm;
+    n.smem_per_block_optin = d.smem_per_block_optin;
+    n.smem_per_sm = d.smem_per_sm;
+    n.cooperative_launch = d.cooperative_launch;
+    n.staging = staging_supported();
+    return n;
 }
 
 template <typename T, typename W>
 void forward_typed(const NormForwardArgs& a) {
-    const bool layer = a.kind == NormKind::layer;
-    // The usual modules' weight and bias on their own path (load_affine). Measured on an H200
-    // (session 15, bench_norm --sweep, 'any affine' against the default, forward % of copy): with
-    // bf16 weights bf16 RMSNorm 8192 x 4096 78.7 -> 83.8, 4096 x 8192 81.6 -> 84.7, 1024 x 32768
-    // 75.9 -> 79.5, bf16 LayerNorm 1024 x 32768 66.4 -> 70.3; with f32 weights bf16 RMSNorm
-    // 8192 x 4096 80.7 -> 83.3; f32 within a point (where the path is built: looped_usual_path).
-    const bool usual = g_tuning.usual_affine && a.weight && !a.zero_centered &&
-                       (a.bias != nullptr) == layer;
-    ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered, usual,
-                          static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
-                          static_cast<T*>(a.h_out), static_cast<const W*>(a.weight),
-                          static_cast<const W*>(a.bias), static_cast<T*>(a.y), a.mean, a.rstd};
+    const NormTuning tuning = a.tuning ? *a.tuning : NormTuning{};
     constexpr int kVec = 16 / sizeof(T);
-    bool vector_ok = a.cols % kVec == 0;
+    NormCall call;
+    call.kind = a.kind;
+    call.elem_bytes = (int)sizeof(T);
+    call.weight_bytes = (int)sizeof(W);
+    call.rows = a.rows;
+    call.cols = a.cols;
+    call.weight = a.weight != nullptr;
+    call.bias = a.bias != nullptr;
+    call.zero_centered = a.zero_centered;
+    call.residual = a.residual != nullptr;
+    call.vector_ok = a.cols % kVec == 0;
     for (const void* ptr : {a.x, a.residual, (const void*)a.h_out, (const void*)a.y})
-        vector_ok = vector_ok && aligned_to(ptr, 16);
-    for (const void* ptr : {a.weight, a.bias}) vector_ok = vector_ok && aligned_to(ptr, sizeof(W) * kVec);
-    const int looped_vec = vector_ok ? kVec : 1;
-    const bool over_l2 = rows_over_l2_share(a.cols, (int)sizeof(T));
-    const bool loop_default =
-        loop_by_default(a.cols, looped_vec, layer, a.residual != nullptr, over_l2);
-    const LoopedShape looped = looped_shape(a.cols, looped_vec, loop_default, over_l2);
-    auto run_looped = [&] {
-        if (!vector_ok) {
-            if (layer) launch_forward_looped<T, W, 1, true>(p, looped.threads, 4);
-            else launch_forward_looped<T, W, 1, false>(p, looped.threads, 4);
-        } else if (layer) {
-            launch_forward_looped<T, W, kVec, true>(p, looped.threads, looped.vectors);
-        } else {
-            launch_forward_looped<T, W, kVec, false>(p, looped.threads, looped.vectors);
-        }
-    };
-    if (g_tuning.forward_loop_cols == NormTuning::kAuto ? loop_default
-                                                         : a.cols >= g_tuning.forward_loop_cols)
-        return run_looped();
-    const long long stage_from = g_tuning.forward_stage_cols == NormTuning::kAuto
-                                     ? kForwardStageCols
-                                     : g_tuning.forward_stage_cols;
-    if (vector_ok && a.cols >= stage_from && staging_supported()) {
-        const int streams = a.residual ? 2 : 1;
-        // Besides the stages: two buffers of y, and the block's slices of weight and bias.
-        auto extra = [&](const StagedLayout& l, long long slice_cols) {
-            const int affine = (a.weight ? 1 : 0) + (a.bias ? 1 : 0);
-            return 2 * l.stage_bytes / streams + affine * slice_cols * sizeof(W);
-        };
-        StagedRules rules;
-        rules.max_elems = std::min(kStagedForwardElems, g_tuning.forward_elems);
-        rules.whole_elems = kStagedForwardElems;
-        rules.slice_vectors = kForwardSliceVectors;
-        rules.max_stages = kForwardStages;
-        const StagedPlan plan = plan_staged(a.cols, sizeof(T), streams, rules, extra);
-        if (plan.stages > 0) {
-            if (layer) launch_forward_staged<T, W, kVec, true>(p, plan);
-            else launch_forward_staged<T, W, kVec, false>(p, plan);
-            return;
-        }
-    }
-    RowLayout l = row_layout(a.cols, sizeof(T), vector_ok,
-                             std::min(kForwardElems, g_tuning.forward_elems),
-                             64 * (int)sizeof(T) / forward_bytes_per_elem<T, W>(), 8,
-                             row_vectors(layer, sizeof(T), vector_ok,
-                                         a.cols));  // see forward_max_threads
-    if (l.looped) return run_looped();
-    if (vector_ok) {
-        if (layer) launch_forward<T, W, kVec, true>(p, l);
-        else launch_forward<T, W, kVec, false>(p, l);
-    } else {
-        if (layer) launch_forward<T, W, 1, true>(p, l);
-        else launch_forward<T, W, 1, false>(p, l);
+        call.vector_ok = call.vector_ok && aligned_to(ptr, 16);
+    for (const void* ptr : {a.weight, a.bias})
+        call.vector_ok = call.vector_ok && aligned_to(ptr, sizeof(W) * kVec);
+    static const NormDevice device = forward_device();
+    const ForwardPlan plan = plan_forward(call, device, tuning);
+
+    ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered,
+                          plan.usual_affine, static_cast<const T*>(a.x),
+                          static_cast<const T*>(a.residual), static_cast<T*>(a.h_out),
+                          static_cast<const W*>(a.weight), static_cast<const W*>(a.bias),
+                          static_cast<T*>(a.y), a.mean, a.rstd};
+    const bool layer = a.kind == NormKind::layer;
+    switch (plan.kernel) {
+        case ForwardKernel::staged:
+            if (layer) launch_forward_staged<T, W, kVec, true>(p, plan.staged, tuning.grid_threads_per_sm);
+            else launch_forward_staged<T, W, kVec, false>(p, plan.staged, tuning.grid_threads_per_sm);
+            break;
+        case ForwardKernel::looped:
+            if (plan.vec == 1) {
+                if (layer) launch_forward_looped<T, W, 1, true>(p, plan);
+                else launch_forward_looped<T, W, 1, false>(p, plan);
+            } else if (layer) {
+                launch_forward_looped<T, W, kVec, true>(p, plan);
+            } else {
+                launch_forward_looped<T, W, kVec, false>(p, plan);
+            }
+            break;
+        case ForwardKernel::registers:
+            if (plan.vec > 1) {
+                if (layer) launch_forward<T, W, kVec, true>(p, plan);
+                else launch_forward<T, W, kVec, false>(p, plan);
+            } else {
+                if (layer) launch_forward<T, W, 1, true>(p, plan);
+                else launch_forward<T, W, 1, false>(p, plan);
+            }
+            break;
     }
 }
 
@@ -802,9 +646,6 @@ void forward_weight(const NormForwardArgs& a) {
 }
 
 }  // namespace
-
-void set_norm_tuning(const NormTuning& t) { g_tuning = t; }
-NormTuning norm_tuning() { return g_tuning; }
 
 void norm_forward(const NormForwardArgs& a) {
     if (a.rows == 0 || a.cols == 0) return;
