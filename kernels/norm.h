@@ -15,6 +15,10 @@
 // same type; mean and rstd are fp32 (rows values each). Pointers may be 16-byte unaligned (the
 // kernels then fall back to scalar loads). No host synchronisation anywhere: workspaces are
 // reset in-stream, so the launches can be captured in a CUDA graph.
+//
+// The implementation is in kernels/norm/: plan.h / plan.cpp decide how a call is launched (rules
+// F1-F10 and B1-B8, measured in docs/norms.md's "Tuning rules" table), forward.cu and backward.cu
+// hold the tuned kernels that carry a plan out, and reference.h the plain versions to read first.
 #pragma once
 
 #include <climits>
@@ -28,77 +32,78 @@ enum class NormKind : int { rms = 0, layer = 1 };
 
 // How dw / db are summed across rows (see docs/norms.md).
 enum class NormReduction : int {
-    automatic = 0,  // pick per shape (from measurements)
+    automatic = 0,  // pick per shape: rule B1 (kernels/norm/plan.cpp)
     locked = 1,     // (a) G lock-guarded fp32 partial rows, then a column reduction
     grid = 2,       // (b) a persistent grid, one fp32 partial row per block, then a column
                     //     reduction (on Hopper, by the staged grid itself); deterministic
 };
 const char* norm_reduction_name(NormReduction r);
 
-// Tuning knobs, for benchmarks that sweep them (bench_norm --sweep); the defaults are the
-// measured best (docs/norms.md).
+// Tuning knobs, for benchmarks and tests that sweep them (bench_norm --sweep). A tuning is an
+// argument of one call; the defaults, and kAuto, leave each choice to its rule in
+// kernels/norm/plan.cpp (the rule ids are the rows of docs/norms.md's "Tuning rules").
 struct NormTuning {
     // The persistent grid of backward (b) gets as many blocks per SM as fit at once, but at most
     // this many threads per SM.
     int grid_threads_per_sm = 2048;
     int forward_elems = 32;  // elements of x a forward thread holds in registers
-    // ... a backward thread (it also holds dy and two sums per element). kAuto: for (b), one
-    // 16-byte vector when the row is at most 256 vectors (1024 f32 / 2048 bf16 values); else 16.
-    // Staged rows (below): kAuto is 32, and at most 4 vectors; bf16 / f16 rows of up to 4096
-    // values, which take 256-thread blocks, at most 16 (norm_backward.cu).
+    // ... a backward thread (it also holds dy and two sums per element). kAuto: rule B2 for the
+    // register kernels, rule B4 for staged rows (kernels/norm/plan.cpp); staged rows never take
+    // more than the staged kernel is built for (norm_plan::kStagedElems, at most 4 vectors).
     int backward_elems = kAuto;
     // Rows prefetched into L2 ahead of use (0: none). Backward (b): the row group a persistent
     // block handles this many iterations later. Forward: the group this many waves of blocks on.
-    // kAuto: 1 where that measured faster on an H200, else 0 (norm_forward.cu, norm_backward.cu).
+    // kAuto: rule F7 for the forward, rule B6 for the backward (kernels/norm/plan.cpp).
     int prefetch_distance = kAuto;
     // Hopper and later: backward (b) and the forward stage row groups of about this many bytes in
-    // shared memory with bulk copies, where two groups fit (norm_common.cuh); 0: never, use the
-    // register kernels.
+    // shared memory with bulk copies, where two groups fit (plan_staged in kernels/norm/plan.cpp,
+    // the staging in kernels/norm/common.cuh); 0: never, use the register kernels.
     int stage_bytes = 32 * 1024;
     // Row groups a staged block has in shared memory at once, the one it works on included (2 to
-    // 4). kAuto: each staged kernel's measured choice (2; norm_forward.cu, norm_backward.cu).
+    // 4). kAuto: rule F3 for the forward, rule B4 for the backward (kernels/norm/plan.cpp).
     int stages = kAuto;
     // The forward stages rows of at least this many values (shorter rows: the register kernel).
-    // kAuto: 16384, where staging measured faster on an H100 (norm_forward.cu).
+    // kAuto: rule F1 (kernels/norm/plan.cpp).
     int forward_stage_cols = kAuto;
     // The forward streams rows of at least this many values through the looped kernel (the row
     // read twice, the second time from L2) instead of holding them in registers or staging them.
-    // kAuto: norm_forward.cu's measured rule. Rows too long for registers that are not staged are
-    // looped whatever this says.
+    // kAuto: rule F5 (kernels/norm/plan.cpp). Rows too long for registers that are not staged
+    // are looped whatever this says.
     int forward_loop_cols = kAuto;
     // Threads of a looped forward block (a power of two, 32 to 1024), and the 16-byte vectors
-    // each of them has in flight per step (1, 2, 4 or 8). kAuto: norm_forward.cu's measured rule.
+    // each of them has in flight per step (1, 2, 4 or 8). kAuto: rules F4 and F8
+    // (kernels/norm/plan.cpp).
     int forward_loop_threads = kAuto;
     int forward_loop_vectors = kAuto;
     // Of those vectors, how many a looped thread loads at once in its second pass, before it
-    // stores any y: 1 or 2 (4 at 8 vectors a step; larger asks are cut to that). kAuto:
-    // norm_forward.cu's measured rule (launch_forward_looped).
+    // stores any y: 1 or 2 (4 at 8 vectors a step; larger asks are cut to that, the most that is
+    // built). kAuto: rule F8 (kernels/norm/plan.cpp).
     int forward_loop_batch = kAuto;
-    // Vectors a forward thread aims to hold when the row is held in registers (fewer threads a
-    // row, more work each); kAuto: 2, or 4 for LayerNorm of bf16 / f16 (but rows of N = 1024 and
-    // 2048) and rows without 16-byte vectors (norm_forward.cu, row_vectors).
+    // Vectors a forward thread aims to hold when the row is held in registers (more: fewer
+    // threads a row, more work each). kAuto: rule F6 (kernels/norm/plan.cpp).
     int forward_row_vectors = kAuto;
     // 1: rows of 16-byte vectors held by at most 128 threads, at most 4 vectors each, take
     // register kernels built for their threads a row and vectors a thread (compile-time
     // constants); 0: the kernel that reads the threads a row at run time, holding a power of two
-    // of vectors (norm_forward.cu, launch_forward).
+    // of vectors. Rule F9 (kernels/norm/plan.cpp).
     int forward_fixed_rows = 1;
     // 1: the register and looped forwards take a path built for the usual modules' affine case
     // (a weight, not zero-centred, a bias for LayerNorm and none for RMSNorm) when the call is
     // that case, and the staged backward one for a weight that is not zero-centred; 0: every call
-    // reads weight, bias and zero-centring at run time (norm_forward.cu, norm_backward.cu).
+    // reads weight, bias and zero-centring at run time. Rules F10 and B8 (kernels/norm/plan.cpp).
     int usual_affine = 1;
     // 1: the staged backward of strategy (b) also adds the partial rows up: its persistent grid,
     // launched cooperatively, waits for every block's partial row (a grid-wide barrier) and then
     // each block sums a slice of the columns; 0: the column kernel does it after the grid, as
-    // for the other kernels (norm_backward.cu, grid_column_sums).
+    // for the other kernels. Rule B7 (kernels/norm/plan.cpp; grid_column_sums in
+    // kernels/norm/backward.cu).
     int grid_column_sums = 1;
     // Staged rows may be split over a cluster of 2, 4 or 8 blocks (one SM each), every block
     // staging its slice of the row; the row sums meet in distributed shared memory. kAuto: rows
-    // a block cannot stage well whole, into the fewest slices of at most 16 KiB in the backward
-    // (norm_backward.cu), of at most 32 KiB in the forward (norm_forward.cu); 1: never (rows
-    // too long for two stages then go to the register or looped kernels); 2, 4, 8: that many
-    // blocks (or more, where the slices would not fit), for every staged row.
+    // a block cannot stage well whole are split, by rule F2 in the forward and rule B3 in the
+    // backward (kernels/norm/plan.cpp, split_candidates); 1: never (rows too long for two stages
+    // then go to the register or looped kernels); 2, 4, 8: that many blocks (or more, where the
+    // slices would not fit), for every staged row.
     int split_blocks = kAuto;
     static constexpr int kAuto = -1;
     // forward_stage_cols / forward_loop_cols: no row by that rule (rows too long for registers
@@ -121,7 +126,7 @@ struct NormForwardArgs {
     void* y = nullptr;
     float* mean = nullptr;  // LayerNorm statistics; both may be null when no backward follows
     float* rstd = nullptr;
-    const NormTuning* tuning = nullptr;  // null: the defaults (the measured best)
+    const NormTuning* tuning = nullptr;  // null: the defaults (NormTuning{})
 };
 // The longest row the forward takes (its columns are 32-bit offsets within a row): 2^30 values,
 // 4 GiB of f32. Longer rows throw.
@@ -146,7 +151,7 @@ struct NormBackwardArgs {
     void* dbias = nullptr;    // optional
     bool accumulate = false;  // add into dweight / dbias instead of overwriting them
     void* workspace = nullptr;
-    const NormTuning* tuning = nullptr;  // null: the defaults (the measured best)
+    const NormTuning* tuning = nullptr;  // null: the defaults (NormTuning{})
 };
 
 // The strategy `automatic` resolves to for this shape and type.

@@ -1,23 +1,26 @@
-// kernels/norm_backward.cu: RMSNorm / LayerNorm backward (math in norm.h).
+// kernels/norm/backward.cu: RMSNorm / LayerNorm backward (math in kernels/norm.h): the tuned
+// kernels and the launchers that carry out a plan. The strategy, the kernel and how its rows are
+// laid over threads, blocks, stages and clusters are decided by plan_backward
+// (kernels/norm/plan.cpp, rules B1-B8); the pieces the kernels share are in common.cuh.
 //
 // dx is per row: one pass over x and dy (held in registers), two row sums (c1, c2), one write.
 // dw and db are sums over rows; every kernel here first sums its own rows in fp32 registers, then
 // hands its sums to one of two cross-row reductions:
 //
-//  (b) grid (default): P persistent blocks (as many as fit on the device at once, not from M).
-//      Block p takes row groups p, p + P, p + 2P, ... and, at the end, writes its sums as
-//      partial row p. A second, column-parallel kernel adds the P partial rows. Every run adds
-//      in the same order: the result is bitwise deterministic. On Hopper, where two row groups
-//      fit in shared memory, norm_backward_staged_kernel has the copy engine bring groups into
-//      shared memory several groups ahead (one block per SM), and rows too long for one block
-//      are split over a cluster of 2-8 blocks; its grid, launched cooperatively, then adds the
-//      partial rows itself after a grid-wide barrier (grid_column_sums), with no second kernel.
-//      Elsewhere norm_backward_kernel holds its rows in registers and prefetches the next group
-//      into L2.
-//  (a) locked: one block per row group; block b adds its sums into partial row b mod G while
-//      holding spin lock b mod G (the first writer stores, later ones add). Then the same
-//      column kernel adds the G rows. The order in which blocks take a lock varies, so the last
-//      bits of dw/db vary from run to run; blocks also queue on the locks when G is small.
+//  (b) grid (the default, rule B1): P persistent blocks (as many as fit on the device at once,
+//      not from M). Block p takes row groups p, p + P, p + 2P, ... and, at the end, writes its
+//      sums as partial row p. A second, column-parallel kernel adds the P partial rows. Every run
+//      adds in the same order: the result is bitwise deterministic. On Hopper, where two row
+//      groups fit in shared memory, norm_backward_staged_kernel has the copy engine bring groups
+//      into shared memory several groups ahead (rule B4; one block per SM), and rows too long for
+//      one block are split over a cluster of 2-8 blocks (rule B3); its grid, launched
+//      cooperatively, then adds the partial rows itself after a grid-wide barrier
+//      (grid_column_sums, rule B7), with no second kernel. Elsewhere norm_backward_kernel holds
+//      its rows in registers and prefetches the next group into L2 (rule B6).
+//  (a) locked: one block per row group; block b adds its sums into partial row b mod G (G: rule
+//      B5) while holding spin lock b mod G (the first writer stores, later ones add). Then the
+//      same column kernel adds the G rows. The order in which blocks take a lock varies, so the
+//      last bits of dw/db vary from run to run; blocks also queue on the locks when G is small.
 //
 // Lock protocol: one thread spins on atomicCAS, __threadfence, __syncthreads, then all threads
 // read (bypassing L1: another SM wrote the row) and write; one thread marks the row written; then
@@ -75,8 +78,8 @@ __device__ __forceinline__ bool acquire_partial_row(int* locks, int* written, in
 // The "written" mark must be visible before the lock is free: it is stored before the fence, like
 // the partial row itself. (Two atomics to different addresses, with no fence between them, may be
 // seen in either order by another SM: the next block could then see the lock free but the row
-// "unwritten", and overwrite it. That bug was here once; a compute-sanitizer run, which changes
-// the scheduling, exposed it as dw/db errors that moved from run to run.)
+// "unwritten", and overwrite it: dw/db errors that move from run to run, and may show only under
+// another scheduling, a compute-sanitizer run's say.)
 __device__ __forceinline__ void release_partial_row(int* locks, int* written, int gi) {
     if (threadIdx.x == 0) *reinterpret_cast<volatile int*>(&written[gi]) = 1;
     __threadfence();
@@ -209,7 +212,8 @@ __device__ __forceinline__ void row_means(float s1, float s2, int tpr, float inv
     c2 = s.y * inv_n;
 }
 
-// The rows a block will handle `prefetch` iterations ahead, brought into L2 while it works.
+// The rows a block will handle `prefetch` iterations ahead (rule B6), brought into L2 while it
+// works.
 template <typename T, typename W>
 __device__ __forceinline__ void prefetch_backward(const BackwardParams<T, W>& p, long long rg,
                                                   int rpb) {
@@ -318,11 +322,12 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     if (LOCKED) release_partial_row(p.locks, p.written, gi);
 }
 
-// Strategy (b) with the rows staged in shared memory (Hopper; see norm_common.cuh): the same
-// per-row math as norm_backward_kernel, but x, dy (and dh) of each row group arrive by bulk copy
-// into one of `stages` buffers, up to `stages` groups ahead, and are read from there in both
-// passes. A thread holds only its columns' sums of dy * x_hat and dy. The statistics of the next
-// group are loaded while this one is worked on. Stage s of a block, for `streams` tensors:
+// Strategy (b) with the rows staged in shared memory (Hopper; see common.cuh; which rows, their
+// split and their stages: rules B3, B4): the same per-row math as norm_backward_kernel, but x, dy
+// (and dh) of each row group arrive by bulk copy into one of `stages` buffers, up to `stages`
+// groups ahead, and are read from there in both passes. A thread holds only its columns' sums
+// of dy * x_hat and dy. The statistics of the next group are loaded while this one is worked on.
+// Stage s of a block, for `streams` tensors:
 //     [ x: rpb rows | dy: rpb rows | dh: rpb rows ]   (rows of cols values, as in global memory)
 // SPLIT: rows too long for two stages are shared by the `parts` blocks of a cluster (one row per
 // stage, rpb = 1). Block `part` stages and works on columns [part * cols, (part + 1) * cols) of
@@ -330,9 +335,10 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
 // and each block writes its slice of the cluster's partial row. The persistent grid is then
 // one of clusters: cluster u takes rows u, u + U, u + 2U, ... and owns partial row u.
 // AFFINE: kAffineWeight when the call has a weight that is not zero-centred (w' = w as loaded,
-// the usual module's case), else kAffineAny (load_affine).
-// p.grid_sums (the launch is cooperative): once every block has written its partial row, the
-// grid waits for all of them and adds them up (grid_column_sums): dw and db are written here.
+// the usual module's case; rule B8), else kAffineAny (load_affine).
+// p.grid_sums (the launch is cooperative; rule B7): once every block has written its partial
+// row, the grid waits for all of them and adds them up (grid_column_sums): dw and db are written
+// here.
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool SPLIT, int AFFINE>
 __global__ void __launch_bounds__(512, 1)
     norm_backward_staged_kernel(BackwardParams<T, W> p, int tpr, int stages) {
@@ -654,7 +660,7 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
                     }
                 }
             };
-            // The usual module's weight (present, not zero-centred) as a constant (B8).
+            // The usual module's weight (present, not zero-centred) as a constant (rule B8).
             const bool plain_weight = plan.plain_weight;
             with_items(l.items, [&](auto items_tag) {
                 if (plain_weight) launch(items_tag, std::integral_constant<int, kAffineWeight>{});
@@ -772,7 +778,7 @@ const char* norm_reduction_name(NormReduction r) {
 }
 
 NormReduction norm_pick_reduction(long long, long long, ScalarType) {
-    return NormReduction::grid;  // B1 (plan.h): faster at every measured shape
+    return NormReduction::grid;  // rule B1 (kernels/norm/plan.cpp)
 }
 
 std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& a) {

@@ -62,9 +62,7 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
 
 // Stores of values this kernel and the next will not read again (y, dx): st.global.cs, which
 // allocates the lines evict-first in L1 and L2, so that they do not push out what will be read
-// again (rows on their way, a looped row's first read, the weights). Measured on an H200
-// (docs/norms-history.md, session 10): y +3-4 points of copy for bf16 LayerNorm at N = 1024 and
-// 4096, dx +1-3 points in the backward at N >= 8192, level elsewhere.
+// again (rows on their way, a looped row's first read, the weights).
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec_stream(T* p, const float (&in)[VEC]) {
     if constexpr (sizeof(Pack<T, VEC>) == 16) {
@@ -81,9 +79,8 @@ __device__ __forceinline__ void store_vec_stream(T* p, const float (&in)[VEC]) {
 // the bias and zero-centring are read at run time (every case: no weight, w' = 1; no bias,
 // b = 0). kAffineWeight / kAffineWeightBias: the usual modules' case, a weight, not zero-centred,
 // and no bias (RMSNorm) / a bias (LayerNorm): no defaults to build, no 0 or 1 added to every
-// weight, no predicated loads. (Nsight Compute on an H200, the looped forward of bf16 RMSNorm
-// 4096 x 8192 with f32 weights: 20.1 M instructions -> 16.3 M; its second pass had spent 84 a
-// vector of 8, some 26 of them on the run-time cases.)
+// weight, no predicated loads: the run-time cases otherwise cost instructions on every vector
+// a thread writes (rules F10 and B8, docs/norms.md).
 constexpr int kAffineAny = 0, kAffineWeight = 1, kAffineWeightBias = 2;
 // The usual case for a norm: LayerNorm with a bias, RMSNorm without one.
 constexpr int usual_affine(bool layer) { return layer ? kAffineWeightBias : kAffineWeight; }
@@ -181,10 +178,9 @@ __device__ __forceinline__ Pack<T, VEC> pack_from_bits(const uint4& bits) {
 // Loads of a row that is read twice (the looped forward): the first read asks L1 and L2 to keep
 // the lines (evict_last in both), so that the second still finds them, in L1 if it can; the
 // second reads them as last used (ld.global.cs) and gives them back their normal L2 priority.
-// 16-byte packs carry the hints; smaller ones load plainly. (The L1 hint, with y stored
-// evict-first, took the looped forward of f32 RMSNorm 8192 x 4096 from 88% to 90% of copy on an
-// H200, session 10; Nsight Compute there: DRAM reads 135 MB, the rows' 134 MB, where session 9
-// counted some 5 MB more, the second read missing L1 and L2.)
+// 16-byte packs carry the hints; smaller ones load plainly. (The hint is for L1 as well as L2:
+// with y stored evict-first, the second read then finds the row in L1 or L2, so the row is read
+// from DRAM once.)
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_pack_keep(const T* p) {
     if constexpr (sizeof(Pack<T, VEC>) == 16) {
@@ -211,9 +207,9 @@ __device__ __forceinline__ Pack<T, VEC> load_pack_last_use(const T* p) {
         const uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
         // Lines marked evict_last stay so after this read (ld.cs, and a load with an evict_first
         // policy, leave a line's priority as it was): a flush that writes twice the L2 then cannot
-        // evict them, and they crowd later kernels out of L2 (measured on an H200: figures of
-        // the kernel timed next moved by 4-8 points of copy). The thread holding the start of
-        // a 128-byte line hands it back to normal priority (see also row_last_use).
+        // evict them, and they crowd later kernels out of L2, slowing whatever runs next. The
+        // thread holding the start of a 128-byte line hands it back to normal priority (see also
+        // row_last_use).
         if ((reinterpret_cast<std::uintptr_t>(p) & 127) == 0) l2_evict_normal(p);
         return pack_from_bits<T, VEC>(r);
     } else {

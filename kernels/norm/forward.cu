@@ -1,10 +1,15 @@
-// kernels/norm_forward.cu: RMSNorm / LayerNorm forward (math in norm.h).
-// One pass over x in registers: load the row (adding the residual and writing h if fused), reduce
-// the statistics over the row's threads, write y. On Hopper, persistent blocks have the copy
-// engine stage their next row groups in shared memory while they work (rows too long for one
-// block are split over a cluster); elsewhere, or without 16-byte vectors, a block per row group
-// holds its row in registers and has the rows of a block one wave later brought into L2. Rows
-// too long for registers take the looped kernel, which reads the row twice (mostly from L2).
+// kernels/norm/forward.cu: RMSNorm / LayerNorm forward (math in kernels/norm.h): the tuned
+// kernels and the launchers that carry out a plan. Which kernel runs, and how its rows are laid
+// over threads, blocks, stages and clusters, is decided by plan_forward (kernels/norm/plan.cpp,
+// rules F1-F10); the pieces the kernels share are in common.cuh.
+//
+// Every kernel loads the row (adding the residual and writing h if fused), reduces the statistics
+// over the row's threads and writes y. The register kernel holds the row in registers, a block
+// per row group, and can have the rows of a later block brought into L2. The staged kernel
+// (Hopper): persistent blocks have the copy engine stage their next row groups in shared memory
+// while they work (rows too long for one block are split over a cluster). The looped kernel
+// streams rows too long for registers, or that the plan sends to it, and reads them twice (the
+// second time mostly from L2).
 #include <algorithm>
 #include <type_traits>
 
@@ -119,9 +124,9 @@ constexpr int forward_max_threads() {
     return ITEMS * VEC * forward_bytes_per_elem<T, W>() <= 64 ? 1024 : 512;
 }
 
-// Whether a register kernel has the usual-affine path (load_affine's kAffineWeight(Bias)) beside
-// the run-time one: not for 2-byte weights on threads holding the most values (kForwardElems),
-// where the second path spilled 16-28 bytes (-Xptxas -v, sm_90; bf16, 4 vectors a thread).
+// Whether a register kernel has the usual-affine path (load_affine's kAffineWeight(Bias); rule
+// F10) beside the run-time one: not for 2-byte weights on threads holding the most values
+// (kForwardElems), where the second path spills (-Xptxas -v, sm_90).
 template <typename W, int VEC, int ITEMS>
 constexpr bool register_usual_path() {
     return !(sizeof(W) == 2 && ITEMS * VEC == kForwardElems);
@@ -208,26 +213,25 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     }
 }
 
-// Whether the looped kernel has the usual-affine path beside the run-time one: for RMSNorm, and
-// for LayerNorm of 2-byte values and weights one vector a batch. Not for LayerNorm of 2-byte
-// values with f32 weights or two vectors a batch, where its unconditional w and b loads spilled
-// 4-96 bytes at 32 registers (-Xptxas -v, sm_90) and the run-time path, in the same kernel,
-// measured 5-8 points of copy lower (H200, bf16 LayerNorm 4096 x 8192 and longer); nor for f32
-// LayerNorm, level at one step a row and a point lower at two (1024 x 32768: 74.0-74.2 against
-// 74.9-75.0 on the H200 over two runs, 78.8 against 79.6 on the H100; bench_norm --sweep).
+// Whether the looped kernel has the usual-affine path (rule F10) beside the run-time one: for
+// RMSNorm, and for LayerNorm of 2-byte values and weights one vector a batch. Not for LayerNorm
+// of 2-byte values with f32 weights or two vectors a batch: there its unconditional w and b loads
+// spill at 32 registers (-Xptxas -v, sm_90), which slows the run-time path built into the same
+// kernel too. Nor for f32 LayerNorm, where the path is no faster at one step a row and slower
+// at two (docs/norms.md).
 template <typename T, typename W, bool LAYER, int BATCH>
 constexpr bool looped_usual_path() {
     return !LAYER || (sizeof(T) == 2 && sizeof(W) == 2 && BATCH == 1);
 }
 
-// Rows streamed twice through one block (rows too long for registers, and rows where this
-// measured faster): the row goes by in steps of blockDim * VEC * UNROLL values, a thread having
-// UNROLL vectors in flight at once. Pass one reads x (adding the residual and writing h, if
-// fused) for the statistics, asking L2 to keep the lines; pass two reads x (or h) again, mostly
-// from L2, marks the lines as last used and writes y, in batches of BATCH vectors a thread, all
-// of a batch's loads issued before any y is stored (the compiler may not move a load past a
-// store that could alias it). Columns are 32-bit offsets from the row's start (norm_forward
-// takes rows of at most kNormMaxCols values).
+// Rows streamed twice through one block (rows too long for registers, and the rows rule F5 sends
+// here): the row goes by in steps of blockDim * VEC * UNROLL values, a thread having UNROLL
+// vectors in flight at once. Pass one reads x (adding the residual and writing h, if fused) for
+// the statistics, asking L2 to keep the lines; pass two reads x (or h) again, mostly from L2,
+// marks the lines as last used and writes y, in batches of BATCH vectors a thread, all of a
+// batch's loads issued before any y is stored (the compiler may not move a load past a store
+// that could alias it). Columns are 32-bit offsets from the row's start (norm_forward takes rows
+// of at most kNormMaxCols values).
 template <typename T, typename W, int VEC, int UNROLL, bool LAYER, int BATCH>
 __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
     norm_forward_looped_kernel(ForwardParams<T, W> p, long long prefetch_ahead) {
@@ -303,14 +307,15 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
     if (threadIdx.x == 0) row_last_use<T, VEC>(src_row);
 }
 
-// Rows staged in shared memory (Hopper; see norm_common.cuh). A persistent block has the copy
-// engine bring x (and the residual) of its row groups into one of `stages` buffers, up to
-// `stages` groups ahead; its threads take their vectors from the stage into registers (h = x + r
-// rounded to T, and written out, when the residual is fused) and hand the stage back for a later
-// group at once, before the row sums: the copy engine keeps loading while the threads reduce and
-// write y. y goes out the same way: the threads write it into one of two output buffers and
-// thread 0 has the copy engine store it (cp.async.bulk shared -> global). The block's columns of
-// weight and bias are copied in once and kept. Dynamic shared memory of a block:
+// Rows staged in shared memory (Hopper; see common.cuh; which rows, their split and their
+// stages: rules F1-F3). A persistent block has the copy engine bring x (and the residual) of its
+// row groups into one of `stages` buffers, up to `stages` groups ahead; its threads take their
+// vectors from the stage into registers (h = x + r rounded to T, and written out, when the
+// residual is fused) and hand the stage back for a later group at once, before the row sums: the
+// copy engine keeps loading while the threads reduce and write y. y goes out the same way: the
+// threads write it into one of two output buffers and thread 0 has the copy engine store it
+// (cp.async.bulk shared -> global). The block's columns of weight and bias are copied in once and
+// kept. Dynamic shared memory of a block:
 //   [ stage 0 .. stage stages-1 | y buffer 0 | y buffer 1 | w' columns | b columns ]
 //   stage s: [ x: rpb rows | residual: rpb rows ];  y buffer: rpb rows
 // SPLIT: rows too long for a block are shared by the `parts` blocks of a cluster, block `part`
@@ -487,9 +492,9 @@ void with_fixed_row(int tpr, int items, F&& f) {
 }
 
 // One block per row group (blocks come and go). Each block prefetches the group some waves
-// ahead of its own (plan.prefetch_waves). A fixed row (plan.fixed_row) takes the kernel built
-// for its threads a row and exactly the vectors the row needs; other rows the kernel that reads
-// the threads a row at run time, holding a power of two of vectors.
+// ahead of its own (plan.prefetch_waves, rule F7). A fixed row (plan.fixed_row, rule F9) takes
+// the kernel built for its threads a row and exactly the vectors the row needs; other rows the
+// kernel that reads the threads a row at run time, holding a power of two of vectors.
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward(const ForwardParams<T, W>& p, const ForwardPlan& plan) {
     const RowLayout& l = plan.rows;
@@ -516,7 +521,7 @@ void launch_forward(const ForwardParams<T, W>& p, const ForwardPlan& plan) {
 }
 
 // The looped kernel: one block of plan.loop_threads a row, plan.loop_vectors vectors a thread
-// per step, plan.loop_batch of them loaded at once in the second pass.
+// per step, plan.loop_batch of them loaded at once in the second pass (rules F4, F8).
 template <typename T, typename W, int VEC, bool LAYER>
 void launch_forward_looped(const ForwardParams<T, W>& p, const ForwardPlan& plan) {
     const int threads = plan.loop_threads;
