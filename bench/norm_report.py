@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/norm_report.py: merges bench_norm's JSON (fusegrad) and norm_torch.py's JSON (PyTorch)
 from the same GPU call into one markdown table: GB/s and % of the copy bandwidth each run
-measured, best PyTorch figure, and whether the KERNELS.md targets are met. Forwards are compared
+measured, best PyTorch figure, and whether the project's targets (docs/norms.md section 2;
+fwd_target and bwd_target below) are met. Forwards are compared
 like with like: the training forward (y and the statistics) with PyTorch's forward on inputs that
 require grad, the inference forward (y alone) with PyTorch's under no_grad. The forward target is
 judged on the training forward. Ends with how many shapes are faster than PyTorch, pass by pass.
