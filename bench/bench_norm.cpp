@@ -198,7 +198,7 @@ std::vector<SweepColumn> sweep_columns() {
         t.forward_stage_cols = 1;
         t.forward_loop_cols = Tuning::kNever;
     });
-    for (int vectors : {8, 4, 2, 1})  // auto is 2 or 4 (norm_forward.cu, row_vectors)
+    for (int vectors : {8, 4, 2, 1})  // auto is 2 or 4 (rule F6, kernels/norm/plan.cpp)
         column("row vec " + std::to_string(vectors),
                [&](Tuning& t) { t.forward_row_vectors = vectors; });
     // Short rows in the register kernel that reads its threads a row at run time.
