@@ -1,6 +1,11 @@
-// kernels/optim.cu: see optim.h. Grid-strided, one thread per element. The arithmetic is the host
-// reference's (train/optim.cpp), written with explicitly rounded operations (no FMA contraction)
-// so that both produce the same bits.
+// kernels/optim.cu: see optim.h. Each launch takes up to kMaxTensorsPerLaunch tensors by value
+// (a struct of pointers and sizes, well within a kernel's parameter space) and walks them one
+// after the other, every block grid-striding over each tensor's elements. The AdamW arithmetic
+// is the host reference's (train/optim.cpp), written with explicitly rounded operations (no FMA
+// contraction) so that both produce the same bits.
+#include <algorithm>
+
+#include "block_reduce.cuh"
 #include "device_error.cuh"
 #include "optim.h"
 #include "runtime.h"
@@ -8,27 +13,105 @@
 namespace fg::kernels {
 namespace {
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, long long n,
-                             AdamWStep s) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        float grad = g[i];
-        float param = __fmul_rn(p[i], s.decay);
-        float mi = __fadd_rn(m[i], __fmul_rn(s.one_minus_beta1, __fsub_rn(grad, m[i])));
-        float vi = __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, grad), grad));
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
-        p[i] = __fsub_rn(param, __fmul_rn(s.step_size, __fdiv_rn(mi, denom)));
-        m[i] = mi;
-        v[i] = vi;
+struct GradList {
+    const float* g[kMaxTensorsPerLaunch];
+    long long n[kMaxTensorsPerLaunch];
+    int count;
+};
+
+struct AdamWList {
+    AdamWTensor t[kMaxTensorsPerLaunch];
+    int count;
+};
+
+// partials[blockIdx.x] = this block's share of sum g^2 over the list.
+__global__ void sum_squares_kernel(GradList list, float* partials) {
+    __shared__ float scratch[32];
+    float acc = 0.0f;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (int t = 0; t < list.count; ++t) {
+        const float* g = list.g[t];
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < list.n[t]; i += stride)
+            acc += g[i] * g[i];
+    }
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// One block: norm = sqrt(sum of the partials, in fp64), and the clip factor.
+__global__ void finish_norm_kernel(const float* partials, int count, float max_norm, float* norm,
+                                   float* coef) {
+    __shared__ double scratch[256];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+    scratch[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) scratch[threadIdx.x] += scratch[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const double total = sqrt(scratch[0]);
+        *norm = (float)total;
+        *coef = max_norm > 0.0f ? (float)fmin(1.0, (double)max_norm / (total + 1e-6)) : 1.0f;
+    }
+}
+
+__global__ void adamw_kernel(AdamWList list, AdamWStep decayed, AdamWStep plain, const float* coef) {
+    const float scale = coef ? *coef : 1.0f;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (int t = 0; t < list.count; ++t) {
+        const AdamWTensor& x = list.t[t];
+        const AdamWStep& s = x.decay ? decayed : plain;
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < x.n; i += stride) {
+            float grad = __fmul_rn(x.g[i], scale);
+            float param = __fmul_rn(x.p[i], s.decay);
+            float mi = __fadd_rn(x.m[i], __fmul_rn(s.one_minus_beta1, __fsub_rn(grad, x.m[i])));
+            float vi = __fadd_rn(__fmul_rn(s.beta2, x.v[i]),
+                                 __fmul_rn(__fmul_rn(s.one_minus_beta2, grad), grad));
+            float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
+            x.p[i] = __fsub_rn(param, __fmul_rn(s.step_size, __fdiv_rn(mi, denom)));
+            x.m[i] = mi;
+            x.v[i] = vi;
+        }
     }
 }
 
 }  // namespace
 
-void adamw_step_f32(float* p, const float* g, float* m, float* v, long long n, const AdamWStep& s) {
-    if (n == 0) return;
-    adamw_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(p, g, m, v, n, s);
+void grad_norm_clip(const float* const* grads, const long long* sizes, int count, float* partials,
+                    float max_norm, float* norm, float* coef) {
+    const int launches = (count + kMaxTensorsPerLaunch - 1) / kMaxTensorsPerLaunch;
+    for (int l = 0; l < launches; ++l) {
+        GradList list{};
+        list.count = std::min(kMaxTensorsPerLaunch, count - l * kMaxTensorsPerLaunch);
+        for (int i = 0; i < list.count; ++i) {
+            list.g[i] = grads[l * kMaxTensorsPerLaunch + i];
+            list.n[i] = sizes[l * kMaxTensorsPerLaunch + i];
+        }
+        sum_squares_kernel<<<kSumSquaresBlocks, 256, 0, stream()>>>(
+            list, partials + (long long)l * kSumSquaresBlocks);
+        FG_LAUNCH_CHECK();
+    }
+    finish_norm_kernel<<<1, 256, 0, stream()>>>(partials, launches * kSumSquaresBlocks, max_norm,
+                                                norm, coef);
     FG_LAUNCH_CHECK();
+}
+
+void adamw_multi_tensor(const AdamWTensor* tensors, int count, const AdamWStep& decayed,
+                        const AdamWStep& plain, const float* coef) {
+    for (int first = 0; first < count; first += kMaxTensorsPerLaunch) {
+        AdamWList list{};
+        list.count = std::min(kMaxTensorsPerLaunch, count - first);
+        long long largest = 0;
+        for (int i = 0; i < list.count; ++i) {
+            list.t[i] = tensors[first + i];
+            largest = std::max(largest, list.t[i].n);
+        }
+        if (largest == 0) continue;
+        adamw_kernel<<<grid_for(largest, 256), 256, 0, stream()>>>(list, decayed, plain, coef);
+        FG_LAUNCH_CHECK();
+    }
 }
 
 }  // namespace fg::kernels

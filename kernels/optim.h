@@ -1,14 +1,34 @@
-// kernels/optim.h: the fused AdamW step for one f32 parameter tensor (one kernel reads p, g, m, v
-// once and writes p, m, v once), in PyTorch's order of operations so the two agree to rounding:
+// kernels/optim.h: the optimizer's kernels, each launched over a whole list of f32 tensors at
+// once (a "multi-tensor" launch: the list is a kernel parameter, so one launch updates up to
+// kMaxTensorsPerLaunch tensors and nothing is uploaded; a captured graph keeps the list).
+//
+// The gradients' global norm and the clip factor, without reading anything back to the host:
+//   norm = sqrt(sum over every tensor and element of g^2)   (fp32 partial sums, added in fp64)
+//   coef = min(1, max_norm / (norm + 1e-6)), or 1 when max_norm <= 0 (no clipping)
+//
+// The fused AdamW step, PyTorch's order of operations so the two agree to rounding, with the
+// gradient first multiplied by the clip factor (read on the device):
+//   g = g * coef
 //   p = p * (1 - lr * wd)                         (decoupled weight decay; wd = 0 for no decay)
 //   m = m + (1 - beta1) * (g - m)
 //   v = beta2 * v + (1 - beta2) * g * g
 //   p = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
 // with step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t). Every factor is computed
-// once on the host (in float), so the device does exactly the host reference's operations.
+// once on the host (in float), so the device does exactly the host reference's operations
+// (train/optim.cpp), and the two produce the same bits.
 #pragma once
 
 namespace fg::kernels {
+
+constexpr int kMaxTensorsPerLaunch = 24;
+// Blocks of one sum-of-squares launch: `partials` must hold launches * kSumSquaresBlocks floats,
+// launches = ceil(count / kMaxTensorsPerLaunch).
+constexpr int kSumSquaresBlocks = 256;
+
+// Writes the norm and the clip factor (f32 device scalars) of the `count` gradients grads[i] of
+// sizes[i] elements (host arrays of device pointers).
+void grad_norm_clip(const float* const* grads, const long long* sizes, int count, float* partials,
+                    float max_norm, float* norm, float* coef);
 
 struct AdamWStep {
     float decay;            // 1 - lr * weight_decay
@@ -20,6 +40,20 @@ struct AdamWStep {
     float bc2_sqrt;   // sqrt(1 - beta2^t)
 };
 
-void adamw_step_f32(float* p, const float* g, float* m, float* v, long long n, const AdamWStep& s);
+// One parameter tensor of an AdamW step: its values, gradient, moments, size, and whether it
+// decays (the `decayed` factors) or not (`plain`, whose decay is 1).
+struct AdamWTensor {
+    float* p;
+    const float* g;
+    float* m;
+    float* v;
+    long long n;
+    bool decay;
+};
+
+// The AdamW step of `count` tensors (a host array), each gradient scaled by *coef (a device
+// scalar; null: 1).
+void adamw_multi_tensor(const AdamWTensor* tensors, int count, const AdamWStep& decayed,
+                        const AdamWStep& plain, const float* coef);
 
 }  // namespace fg::kernels

@@ -90,6 +90,50 @@ TEST_CASE("gradient clipping by global norm", "[optim]") {
     REQUIRE(clip_grad_norm({&a, &b}, 10.0) == Approx(1.0).epsilon(1e-5));  // under: unchanged
 }
 
+TEST_CASE("the norm and clip factor, applied by the step, equal clipping the gradients first",
+          "[optim]") {
+    Tensor a = Tensor::zeros({2}, DType::f64).set_requires_grad(true);
+    Tensor b = Tensor::zeros({1}, DType::f64).set_requires_grad(true);
+    a.set_grad(Tensor::from_vector(std::vector<double>{3, 0}, {2}));
+    b.set_grad(Tensor::from_vector(std::vector<double>{4}, {1}));
+    GradNorm n = grad_norm({&a, &b}, 1.0);
+    CHECK(n.norm.item() == Approx(5.0));
+    CHECK(n.coef.item() == Approx(1.0 / (5.0 + 1e-6)));
+    CHECK(a.grad().to_vector<double>()[0] == 3.0);  // the gradients are left as they are
+    CHECK(grad_norm({&a, &b}, 0.0).coef.item() == 1.0);   // measure only
+    CHECK(grad_norm({&a, &b}, 10.0).coef.item() == 1.0);  // under the limit
+    Tensor none = Tensor::zeros({3}, DType::f64).set_requires_grad(true);
+    CHECK(grad_norm({&none}, 1.0).norm.item() == 0.0);  // no gradient at all
+
+    // AdamW and SGD: step(lr, coef) is step(lr) after the gradients were scaled by coef, bit
+    // for bit, in f32.
+    for (bool adamw : {true, false}) {
+        Tensor p0 = test::random_f32({5, 7}), g0 = test::random_f32({5, 7}, Device::cpu, 3.0f);
+        Tensor p = p0.clone().set_requires_grad(true), q = p0.clone().set_requires_grad(true);
+        std::unique_ptr<Optimizer> fused, plain;
+        if (adamw) {
+            AdamWOptions o;
+            o.weight_decay = 0.1;
+            fused = std::make_unique<AdamW>(std::vector<NamedParam>{{"p", &p}}, o);
+            plain = std::make_unique<AdamW>(std::vector<NamedParam>{{"q", &q}}, o);
+        } else {
+            fused = std::make_unique<SGD>(std::vector<NamedParam>{{"p", &p}}, SGDOptions{});
+            plain = std::make_unique<SGD>(std::vector<NamedParam>{{"q", &q}}, SGDOptions{});
+        }
+        for (int t = 0; t < 3; ++t) {
+            p.set_grad(g0.clone());
+            q.set_grad(g0.clone());
+            GradNorm c = grad_norm({&p}, 1.0);
+            REQUIRE(c.coef.item() < 1.0);
+            fused->step(1e-2, Tensor::full({}, static_cast<float>(c.coef.item()), DType::f32));
+            clip_grad_norm({&q}, 1.0);
+            plain->step(1e-2);
+            INFO((adamw ? "adamw" : "sgd") << " step " << t);
+            REQUIRE(p.to_vector<float>() == q.to_vector<float>());
+        }
+    }
+}
+
 TEST_CASE("warmup then cosine decay, as nanoGPT", "[optim]") {
     REQUIRE(cosine_lr(0, 1e-3, 1e-4, 100, 5000) == Approx(1e-3 / 101));
     REQUIRE(cosine_lr(99, 1e-3, 1e-4, 100, 5000) == Approx(1e-3 * 100 / 101));

@@ -26,11 +26,13 @@ kernels::AdamWStep adamw_factors(double lr, const AdamWOptions& o, bool decay, s
 
 // The CPU step: the kernel's operations, in the same order.
 template <typename T>
-void adamw_cpu(T* p, const T* g, T* m, T* v, std::int64_t n, const kernels::AdamWStep& s) {
+void adamw_cpu(T* p, const T* g, T* m, T* v, std::int64_t n, const kernels::AdamWStep& s,
+               T coef) {
     for (std::int64_t i = 0; i < n; ++i) {
+        T grad = g[i] * coef;
         T param = p[i] * T(s.decay);
-        T mi = m[i] + T(s.one_minus_beta1) * (g[i] - m[i]);
-        T vi = T(s.beta2) * v[i] + T(s.one_minus_beta2) * g[i] * g[i];
+        T mi = m[i] + T(s.one_minus_beta1) * (grad - m[i]);
+        T vi = T(s.beta2) * v[i] + T(s.one_minus_beta2) * grad * grad;
         T denom = std::sqrt(vi) / T(s.bc2_sqrt) + T(s.eps);
         p[i] = param - T(s.step_size) * (mi / denom);
         m[i] = mi;
@@ -67,28 +69,48 @@ AdamW::AdamW(std::vector<NamedParam> params, const AdamWOptions& options)
     }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, const Tensor& grad_scale) {
     NoGradGuard no_grad;
     ++steps_;
+    const kernels::AdamWStep decayed = adamw_factors(lr, opt_, true, steps_);
+    const kernels::AdamWStep plain = adamw_factors(lr, opt_, false, steps_);
+    std::vector<kernels::AdamWTensor> on_cuda;  // one multi-tensor launch per kMaxTensorsPerLaunch
+    double coef = 1.0;                          // the CPU's grad_scale
+    bool coef_read = false;
     for (std::size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = *params_[i].param;
         Tensor g = p.grad();
         if (!g.defined()) continue;
         FG_CHECK(g.shape() == p.shape() && g.device() == p.device() && g.dtype() == p.dtype(),
                  "adamw", "gradient of '", params_[i].name, "' does not match its parameter");
-        kernels::AdamWStep s = adamw_factors(lr, opt_, decay_[i], steps_);
+        FG_CHECK(!grad_scale.defined() ||
+                     (grad_scale.numel() == 1 && grad_scale.device() == p.device() &&
+                      (!p.is_cuda() || grad_scale.dtype() == DType::f32)),
+                 "adamw", "the gradient scale must be one value on ", device_name(p.device()),
+                 (p.is_cuda() ? " (f32)" : ""), ", got ", shape_str(grad_scale.shape()), " on ",
+                 device_name(grad_scale.device()));
         if (p.is_cuda()) {
-            cuda_backend("adamw").adamw_step_f32(p.data<float>(), g.data<float>(),
-                                                 m_[i].data<float>(), v_[i].data<float>(),
-                                                 p.numel(), s);
-        } else if (p.dtype() == DType::f64) {
+            on_cuda.push_back({p.data<float>(), g.data<float>(), m_[i].data<float>(),
+                               v_[i].data<float>(), p.numel(), static_cast<bool>(decay_[i])});
+            continue;
+        }
+        if (grad_scale.defined() && !coef_read) {
+            coef = grad_scale.item();  // a CPU tensor: no synchronisation
+            coef_read = true;
+        }
+        const kernels::AdamWStep& s = decay_[i] ? decayed : plain;
+        if (p.dtype() == DType::f64) {
             adamw_cpu(p.data<double>(), g.data<double>(), m_[i].data<double>(),
-                      v_[i].data<double>(), p.numel(), s);
+                      v_[i].data<double>(), p.numel(), s, coef);
         } else {
             adamw_cpu(p.data<float>(), g.data<float>(), m_[i].data<float>(), v_[i].data<float>(),
-                      p.numel(), s);
+                      p.numel(), s, static_cast<float>(coef));
         }
     }
+    if (!on_cuda.empty())
+        cuda_backend("adamw").adamw_multi_tensor(
+            on_cuda.data(), static_cast<int>(on_cuda.size()), decayed, plain,
+            grad_scale.defined() ? grad_scale.data<float>() : nullptr);
 }
 
 std::vector<std::pair<std::string, Tensor*>> AdamW::named_state() {
@@ -108,13 +130,14 @@ SGD::SGD(std::vector<NamedParam> params, const SGDOptions& options)
     buf_.resize(params_.size());
 }
 
-void SGD::step(double lr) {
+void SGD::step(double lr, const Tensor& grad_scale) {
     NoGradGuard no_grad;
     ++steps_;
     for (std::size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = *params_[i].param;
         Tensor g = p.grad();
         if (!g.defined()) continue;
+        if (grad_scale.defined()) g = mul(g, cast(grad_scale, g.dtype()));
         if (opt_.weight_decay > 0) g = add(g, scale(p, opt_.weight_decay));
         if (opt_.momentum > 0) {
             if (!buf_[i].defined()) {
@@ -137,26 +160,54 @@ std::vector<std::pair<std::string, Tensor*>> SGD::named_state() {
     return out;
 }
 
-double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm) {
+GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm) {
     NoGradGuard no_grad;
-    Tensor total;
+    std::vector<const float*> cuda_grads;
+    std::vector<long long> cuda_sizes;
+    double total = 0.0;  // the CPU gradients' sum of squares
+    bool on_cuda = false, on_cpu = false;
     for (Tensor* p : params) {
         Tensor g = p->grad();
         if (!g.defined()) continue;
-        Tensor sq = sum(mul(g, g));
-        if (sq.dtype() != DType::f64 && !sq.is_cuda()) sq = sq.to(DType::f64);
-        total = total.defined() ? add(total, sq.to(total.dtype())) : sq;
-    }
-    if (!total.defined()) return 0.0;
-    double norm = std::sqrt(total.item());
-    if (max_norm > 0.0) {
-        double coef = max_norm / (norm + 1e-6);
-        if (coef < 1.0) {
-            for (Tensor* p : params)
-                if (p->grad().defined()) p->set_grad(scale(p->grad(), coef));
+        if (g.is_cuda()) {
+            FG_CHECK(g.dtype() == DType::f32, "grad_norm", "CUDA gradients must be f32, got ",
+                     dtype_name(g.dtype()));
+            cuda_grads.push_back(g.data<float>());
+            cuda_sizes.push_back(g.numel());
+            on_cuda = true;
+        } else {
+            for (double v : g.to_vector<double>()) total += v * v;
+            on_cpu = true;
         }
     }
-    return norm;
+    FG_CHECK(!(on_cuda && on_cpu), "grad_norm", "the gradients are on both the CPU and CUDA");
+    GradNorm out;
+    if (on_cuda) {
+        const int launches = (static_cast<int>(cuda_grads.size()) + kernels::kMaxTensorsPerLaunch -
+                              1) / kernels::kMaxTensorsPerLaunch;
+        Tensor partials = Tensor::empty({launches * kernels::kSumSquaresBlocks}, DType::f32,
+                                        Device::cuda);
+        out.norm = Tensor::empty({}, DType::f32, Device::cuda);
+        out.coef = Tensor::empty({}, DType::f32, Device::cuda);
+        cuda_backend("grad_norm").grad_norm_clip(
+            cuda_grads.data(), cuda_sizes.data(), static_cast<int>(cuda_grads.size()),
+            partials.data<float>(), static_cast<float>(max_norm), out.norm.data<float>(),
+            out.coef.data<float>());
+        return out;
+    }
+    const double norm = std::sqrt(total);
+    const double coef = max_norm > 0.0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+    out.norm = Tensor::full({}, norm, DType::f64, Device::cpu);
+    out.coef = Tensor::full({}, coef, DType::f64, Device::cpu);
+    return out;
+}
+
+double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm) {
+    NoGradGuard no_grad;
+    GradNorm n = grad_norm(params, max_norm);
+    for (Tensor* p : params)
+        if (p->grad().defined()) p->set_grad(mul(p->grad(), cast(n.coef, p->grad().dtype())));
+    return n.norm.item();
 }
 
 double cosine_lr(std::int64_t it, double lr, double min_lr, std::int64_t warmup_steps,

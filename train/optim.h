@@ -1,10 +1,13 @@
 // train/optim.h: optimizers and the learning-rate schedule.
 //   AdamW: PyTorch's update (kernels/optim.h states it), decoupled weight decay applied only to
-//     parameters with 2 or more dims (matrices and embeddings, as nanoGPT does), a fused CUDA step
-//     per tensor, the same arithmetic on the CPU.
+//     parameters with 2 or more dims (matrices and embeddings, as nanoGPT does); on CUDA one
+//     multi-tensor launch a kernels::kMaxTensorsPerLaunch parameters, the clip factor applied
+//     inside it; the same arithmetic on the CPU.
 //   SGD: momentum (buf = mu buf + g, the first step buf = g) and coupled L2 weight decay, as
 //     PyTorch's SGD.
-//   clip_grad_norm: scales all gradients by min(1, max_norm / (||g|| + 1e-6)); returns ||g||.
+//   grad_norm: the gradients' global norm and clip factor min(1, max_norm / (||g|| + 1e-6)), as
+//     tensors where the gradients are (nothing read back); the step applies the factor.
+//   clip_grad_norm: the same, then the gradients scaled by it; returns ||g|| (read back).
 //   cosine_lr: nanoGPT's schedule: linear warmup, then cosine decay to min_lr.
 #pragma once
 
@@ -25,8 +28,11 @@ struct NamedParam {
 class Optimizer {
 public:
     virtual ~Optimizer() = default;
-    // One update of every parameter that has a gradient, with learning rate lr.
-    virtual void step(double lr) = 0;
+    // One update of every parameter that has a gradient, with learning rate lr, each gradient
+    // first multiplied by `grad_scale` (a scalar tensor on the parameters' device, e.g.
+    // GradNorm::coef; undefined: 1).
+    virtual void step(double lr, const Tensor& grad_scale) = 0;
+    void step(double lr) { step(lr, Tensor()); }
     // The optimizer's tensors by name ("<param>.exp_avg", ...), for checkpoints; a tensor may be
     // undefined until the first step (SGD's momentum buffer).
     virtual std::vector<std::pair<std::string, Tensor*>> named_state() = 0;
@@ -48,7 +54,8 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
 public:
     AdamW(std::vector<NamedParam> params, const AdamWOptions& options);
-    void step(double lr) override;
+    using Optimizer::step;
+    void step(double lr, const Tensor& grad_scale) override;
     std::vector<std::pair<std::string, Tensor*>> named_state() override;  // exp_avg, exp_avg_sq
     const char* name() const override { return "adamw"; }
 
@@ -65,7 +72,8 @@ struct SGDOptions {
 class SGD final : public Optimizer {
 public:
     SGD(std::vector<NamedParam> params, const SGDOptions& options);
-    void step(double lr) override;
+    using Optimizer::step;
+    void step(double lr, const Tensor& grad_scale) override;
     std::vector<std::pair<std::string, Tensor*>> named_state() override;  // momentum_buffer
     const char* name() const override { return "sgd"; }
 
@@ -74,8 +82,18 @@ private:
     std::vector<Tensor> buf_;
 };
 
-// Global L2 norm of all gradients, clipping them to max_norm when it is exceeded (max_norm <= 0:
-// measure only). One device synchronisation (the norm is read on the host for logging).
+// The global L2 norm of all gradients and the factor that clips it to max_norm: coef = min(1,
+// max_norm / (norm + 1e-6)), 1 when max_norm <= 0 (measure only). Scalars on the parameters'
+// device (f32 on CUDA, f64 on the CPU); on CUDA nothing is read back. The gradients are not
+// changed: pass coef to Optimizer::step.
+struct GradNorm {
+    Tensor norm;
+    Tensor coef;
+};
+GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm);
+
+// grad_norm, then every gradient scaled by coef; returns the norm, read on the host (one
+// device synchronisation).
 double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm);
 
 // nanoGPT's learning rate at step `it` (0-based).

@@ -403,22 +403,27 @@ double Trainer::train_step() {
     const Config& c = cfg_;
     model_->train(true);
     opt_->zero_grad();
-    double loss_sum = 0.0;
+    // The micro-batches' losses are summed where they are computed, and the gradients' norm and
+    // clip factor computed there too: the host waits once, for the sum and the norm, when the
+    // whole forward and backward of the step are queued.
+    Tensor loss_total;
     for (std::int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
         Batch b = data_->batch(Split::train, c.train.batch_size, data_gen_, device_);
         Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
         scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
-        loss_sum += loss.item();
+        loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
     }
+    GradNorm clip = grad_norm(model_->parameters(), c.optim.grad_clip);
+    const double loss_sum = loss_total.item();
     // A non-finite loss (too high a learning rate, bad data) would turn every weight into NaN at
     // the update below: stop before it, so the last checkpoint stays the last good state.
     FG_CHECK(std::isfinite(loss_sum), "train", "the training loss at step ", step_ + 1, " is ",
              loss_sum / static_cast<double>(c.train.grad_accum), " (optim.lr = ", c.optim.lr,
              "); stopped before updating the weights, the last checkpoint in '", dir_,
              "' is kept");
-    double norm = clip_grad_norm(model_->parameters(), c.optim.grad_clip);
+    const double norm = clip.norm.item();
     double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
-    opt_->step(lr);
+    opt_->step(lr, clip.coef);  // AdamW applies the clip factor inside its update
     ++step_;
     double loss = loss_sum / static_cast<double>(c.train.grad_accum);
     losses_.push_back(loss);

@@ -41,6 +41,68 @@ TEST_CASE("fused AdamW on CUDA equals the CPU step bit for bit", "[gpu][train]")
     }
 }
 
+TEST_CASE("multi-tensor AdamW with a clip factor, and the gradient norm, on CUDA and the CPU",
+          "[gpu][train]") {
+    // 30 tensors (two launches of up to 24), of sizes 0 to 2^20 + 3, half of them decayed, some
+    // without a gradient; the clip factor 1 (no clipping) and one below 1, both read on the
+    // device. AdamW: the same bits on both devices. The norm: the CPU sums in float64, CUDA adds
+    // fp32 partial sums in float64.
+    REQUIRE(cuda_is_available());
+    std::vector<Tensor> cpu_p, gpu_p;
+    std::vector<Tensor> grads;
+    for (int i = 0; i < 30; ++i) {
+        const std::int64_t n = i == 3 ? 0 : i == 7 ? (1 << 20) + 3 : 1 + 37 * i * i;
+        Tensor p0 = test::random_f32({n});
+        grads.push_back(test::random_f32({n}, Device::cpu, 0.5f + 0.1f * static_cast<float>(i)));
+        Tensor c = i % 2 ? p0.clone().reshape({1, n}).detach() : p0.clone();
+        cpu_p.push_back(c.set_requires_grad(true));
+        gpu_p.push_back(c.to(Device::cuda).detach().set_requires_grad(true));
+    }
+    std::vector<NamedParam> cn, gn;
+    std::vector<Tensor*> cptr, gptr;
+    for (int i = 0; i < 30; ++i) {
+        cn.push_back({"p" + std::to_string(i), &cpu_p[i]});
+        gn.push_back({"p" + std::to_string(i), &gpu_p[i]});
+        cptr.push_back(&cpu_p[i]);
+        gptr.push_back(&gpu_p[i]);
+    }
+    AdamWOptions o;
+    o.weight_decay = 0.1;
+    o.beta2 = 0.95;
+    AdamW cpu(cn, o), gpu(gn, o);
+    for (double max_norm : {0.0, 1e9, 1.0}) {
+        for (int i = 0; i < 30; ++i) {
+            if (i % 5 == 4) continue;  // no gradient: skipped by the norm and the step
+            cpu_p[i].set_grad(grads[i].reshape(cpu_p[i].shape()));
+            gpu_p[i].set_grad(grads[i].reshape(gpu_p[i].shape()).to(Device::cuda));
+        }
+        INFO("max_norm " << max_norm);
+        GradNorm c = grad_norm(cptr, max_norm), g = grad_norm(gptr, max_norm);
+        REQUIRE(g.norm.is_cuda());
+        const double norm = c.norm.item();
+        CHECK(std::fabs(g.norm.item() - norm) <= 1e-6 * norm);
+        CHECK(std::fabs(g.coef.item() - c.coef.item()) <= 1e-6);
+        if (max_norm == 1.0) CHECK(c.coef.item() < 0.01);
+        else CHECK(g.coef.item() == 1.0);
+        // The same factor on both devices (the CPU's, rounded to f32), so the steps can agree
+        // bit for bit.
+        const float coef = static_cast<float>(c.coef.item());
+        cpu.step(1e-3, Tensor::full({}, coef, DType::f32, Device::cpu));
+        gpu.step(1e-3, Tensor::full({}, coef, DType::f32, Device::cuda));
+        for (int i = 0; i < 30; ++i) {
+            INFO("tensor " << i);
+            REQUIRE(gpu_p[i].to_vector<float>() == cpu_p[i].to_vector<float>());
+        }
+        for (auto& [name, m] : cpu.named_state()) {
+            Tensor* other = nullptr;
+            for (auto& [gname, gm] : gpu.named_state())
+                if (gname == name) other = gm;
+            REQUIRE(other != nullptr);
+            REQUIRE(other->to_vector<float>() == m->to_vector<float>());
+        }
+    }
+}
+
 TEST_CASE("the GPT on CUDA matches the float64 CPU model", "[gpu][train]") {
     REQUIRE(cuda_is_available());
     for (bool rms : {false, true}) {
