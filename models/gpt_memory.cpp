@@ -99,9 +99,8 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     // The backward frees what each op saved once that op has run, and holds a few gradients and
     // scratch buffers of its own: the step's peak is the largest of these moments, counted as
     // the bytes beyond the saved activations (never below zero):
-    // - the loss's backward: the logits' gradient beside the logits;
-    // - the head's: the logits' gradient, the input's gradient and in 16-bit the gradient of the
-    //   16-bit copy of wte;
+    // - the loss's backward: nothing (the logits' gradient overwrites the logits);
+    // - the head's: the input's gradient and in 16-bit the gradient of the 16-bit copy of wte;
     // - the last MLP's: the head's saved tensors are gone; the output's gradient (C) and the
     //   gradients of mlp.c_proj's input and of GELU's input (4C each), while mlp.c_proj's saved
     //   input (4C) has been freed;
@@ -109,13 +108,12 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     //   stream's and the output's gradients (C each), dqkv (3C) and per head the scores S (f32),
     //   the probabilities Pd and in 16-bit dPd (f32), each (B H, T, T).
     const double scores = B * H * T * T;
-    const double loss_backward = logits;
     const double head_backward = channels + (half ? tensors(1, V * C, s) : 0.0);
     const double mlp_backward = -head + channels + 2 * wide - wide;  // net: one 4C tensor
     const double attention_backward =
         -head - block_after_attention + 2 * channels + tensors(1, 3 * N * C, s) +
         tensors(1, scores, f32) + tensors(1, scores, s) + (half ? tensors(1, scores, f32) : 0.0);
-    m.workspace = std::max({0.0, loss_backward, head_backward, mlp_backward, attention_backward});
+    m.workspace = std::max({0.0, head_backward, mlp_backward, attention_backward});
     return m;
 }
 

@@ -6,6 +6,8 @@
 //   tiny_addition_run:        a Config that trains a tiny GPT on one-digit addition on the CPU
 //   require_resume_repeats:   a run stopped and resumed repeats the uninterrupted losses exactly
 //   measured_step_peak:       the allocator's peak over building a GPT and two AdamW steps
+//   check_loss_in_place:      the logits' gradient reuses the logits' memory when only the loss
+//                             holds them, with the same gradients as when they are held
 // Every test binary turns on poisoning of new tensors (NaN bytes), so an element an op forgot to
 // write shows up as NaN.
 #pragma once
@@ -97,7 +99,9 @@ inline double measured_step_peak(const GPTConfig& config, std::int64_t batch, st
             opt.zero_grad();
             Tensor ids = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size), device, &gen);
             Tensor targets = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size), device, &gen);
-            model.loss(model.forward(ids), targets).backward();
+            // As the trainer does: the logits are gone (only the loss holds them) by the backward.
+            Tensor loss = model.loss(model.forward(ids), targets);
+            loss.backward();
             clip_grad_norm(model.parameters(), 1.0);
             opt.step(1e-3);
         }
@@ -108,6 +112,36 @@ inline double measured_step_peak(const GPTConfig& config, std::int64_t batch, st
 inline Generator& test_generator() {
     static Generator gen(12345);
     return gen;
+}
+
+// logits = h W^T (rows x vocab, from a small inner dim), loss = cross_entropy(logits, targets),
+// backward: once with the logits dropped before the backward (the gradient then overwrites
+// them) and once with them still held (a separate gradient). Same gradients, bit for bit; the
+// first peaks below the second by about one logits buffer.
+inline void check_loss_in_place(Device device, DType dtype) {
+    const std::int64_t rows = 512, vocab = 4096, inner = 8;
+    Tensor h0 = randn({rows, inner}, Device::cpu, &test_generator()).to(dtype).to(device);
+    Tensor w0 = randn({vocab, inner}, Device::cpu, &test_generator()).to(dtype).to(device);
+    Tensor targets = randint({rows}, static_cast<std::int32_t>(vocab), device, &test_generator());
+    std::vector<double> grads[2];
+    std::size_t peaks[2];
+    for (int held = 0; held < 2; ++held) {
+        Tensor h = h0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true);
+        Tensor logits = matmul(h, w, false, true);
+        Tensor loss = cross_entropy(logits, targets);
+        if (!held) logits = Tensor();
+        const std::size_t before = memory_stats(device).bytes_in_use;
+        reset_peak_memory(device);
+        loss.backward();
+        peaks[held] = memory_stats(device).peak_bytes_in_use - before;
+        grads[held] = h.grad().to_vector<double>();
+        std::vector<double> gw = w.grad().to_vector<double>();
+        grads[held].insert(grads[held].end(), gw.begin(), gw.end());
+    }
+    REQUIRE(grads[0] == grads[1]);
+    const std::size_t logits_bytes = static_cast<std::size_t>(rows * vocab) * dtype_size(dtype);
+    INFO("backward peak: logits dropped " << peaks[0] << " B, held " << peaks[1] << " B");
+    REQUIRE(peaks[1] >= peaks[0] + logits_bytes);
 }
 
 inline Tensor random_f32(const Shape& shape, Device device = Device::cpu, float stddev = 1.0f) {

@@ -150,6 +150,11 @@ TEST_CASE("cross-entropy: gradient, value and ignore_index", "[ops][grad]") {
     REQUIRE(cross_entropy(flat, any).item() == Approx(std::log(10.0)));
 }
 
+TEST_CASE("cross-entropy's gradient overwrites logits nothing else holds", "[ops][grad]") {
+    test::check_loss_in_place(Device::cpu, DType::f32);
+    test::check_loss_in_place(Device::cpu, DType::bf16);
+}
+
 TEST_CASE("embedding: gradient with repeated ids", "[ops][grad]") {
     auto weight = random_f64({7, random_dim(1, 5)});
     Tensor ids = Tensor::from_vector(std::vector<std::int32_t>{3, 0, 3, 6, 3, 1}, {2, 3});

@@ -99,7 +99,11 @@ void cross_entropy_backward_cpu(const T* x, const std::int32_t* t, const T* lse,
 }
 
 Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& g) {
-    Tensor dx = empty_like(s.logits);
+    // The logits' gradient overwrites the logits when nothing else holds them (the usual case: a
+    // model's head output feeds the loss alone), so a large vocabulary needs one (rows, V)
+    // buffer, not two. Safe: each element is read once, by the thread that then writes it.
+    const bool in_place = s.logits.impl()->storage.use_count() == 1;
+    Tensor dx = in_place ? s.logits : empty_like(s.logits);
     std::int64_t cols = s.logits.size(-1), rows = s.targets.numel();
     if (dx.is_cuda()) {
         cuda_backend("cross_entropy").cross_entropy_backward(

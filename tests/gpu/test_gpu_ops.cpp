@@ -209,6 +209,12 @@ TEST_CASE("softmax and cross-entropy match the CPU", "[gpu]") {
     }
 }
 
+TEST_CASE("cross-entropy's gradient overwrites logits nothing else holds, on CUDA", "[gpu]") {
+    require_gpu();
+    test::check_loss_in_place(Device::cuda, DType::f32);
+    test::check_loss_in_place(Device::cuda, DType::bf16);
+}
+
 TEST_CASE("embedding matches the CPU and its backward is deterministic", "[gpu]") {
     require_gpu();
     for (std::int64_t dim : kCols) {
