@@ -10,8 +10,12 @@ Precision modes: fp32 (fp32 weights and activations, TF32 matmuls: fusegrad's tr
 tf32), bf16 (fp32 weights, bf16 autocast, fused AdamW: fusegrad's train.precision bf16), each
 eager or with --compile.
 
+Data: a text file (data.kind text, as fusegrad's char-level configs), or data.kind random_tokens
+(uniform ids below model.vocab_size, no file: GPT-2 small's benchmark, configs/gpt2_124m.yaml with
+--set data.kind=random_tokens).
+
 usage: train_torch.py CONFIG.yaml OUT_DIR [--mode fp32|bf16] [--compile] [--steps N]
-                      [--data PATH] [--eval-iters N] [--seed S]
+                      [--data PATH] [--eval-iters N] [--seed S] [--set KEY.PATH=VALUE]...
 """
 import argparse
 import json
@@ -38,9 +42,17 @@ def main():
     ap.add_argument("--data", default=None, help="the text file (default: the config's data.path)")
     ap.add_argument("--eval-iters", type=int, default=None)
     ap.add_argument("--seed", type=int, default=None, help="instead of the config's train.seed")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                    help="override a config value, as fusegrad's --set")
     args = ap.parse_args()
     with open(args.config) as f:
         c = yaml.safe_load(f)
+    for override in args.set:
+        key, _, value = override.partition("=")
+        section, _, name = key.partition(".")
+        if not value or not name or section not in c:
+            sys.exit("train_torch.py: --set wants SECTION.KEY=VALUE, got '%s'" % override)
+        c[section][name] = yaml.safe_load(value)
     m, o, t = c["model"], c["optim"], c["train"]
     if args.seed is not None:
         t["seed"] = args.seed
@@ -49,22 +61,31 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
     device = "cuda"
 
-    text = open(args.data or c["data"]["path"], "rb").read()
-    chars = sorted(set(text))
-    lookup = {ch: i for i, ch in enumerate(chars)}
-    ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
-    n_val = int(len(ids) * c["data"]["val_fraction"])
-    splits = {"train": ids[:len(ids) - n_val], "val": ids[len(ids) - n_val:]}
     block, batch = m["block_size"], t["batch_size"]
+    random_tokens = c["data"]["kind"] == "random_tokens"
+    if random_tokens:
+        vocab = m["vocab_size"]
+    else:
+        text = open(args.data or c["data"]["path"], "rb").read()
+        chars = sorted(set(text))
+        vocab = len(chars)
+        lookup = {ch: i for i, ch in enumerate(chars)}
+        ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
+        n_val = int(len(ids) * c["data"]["val_fraction"])
+        splits = {"train": ids[:len(ids) - n_val], "val": ids[len(ids) - n_val:]}
 
     def get_batch(split, gen):
+        if random_tokens:  # uniform ids; the targets are the next ids, as from a token stream
+            seq = torch.randint(vocab, (batch, block + 1), generator=gen)
+            return (seq[:, :-1].pin_memory().to(device, non_blocking=True),
+                    seq[:, 1:].pin_memory().to(device, non_blocking=True))
         data = splits[split]
         starts = torch.randint(len(data) - block, (batch,), generator=gen)
         x = torch.stack([data[i:i + block] for i in starts])
         y = torch.stack([data[i + 1:i + 1 + block] for i in starts])
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
 
-    cfg = GPTConfig(vocab_size=len(chars), block_size=block, n_layer=m["n_layer"], n_head=m["n_head"],
+    cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layer=m["n_layer"], n_head=m["n_head"],
                     n_embd=m["n_embd"], norm=m["norm"], bias=m["bias"], dropout=m["dropout"])
     model = GPT(cfg).to(device)
     opt = adamw(model, o["lr"], (o["beta1"], o["beta2"]), o["weight_decay"], fused=True)
