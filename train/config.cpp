@@ -137,8 +137,11 @@ const std::vector<Field>& schema() {
         field("model", "norm", &C::model, &C::Model::norm, "layernorm or rmsnorm", one_of({"layernorm", "rmsnorm"})),
         field("model", "bias", &C::model, &C::Model::bias, "biases in Linear layers and norms"),
         field("model", "dropout", &C::model, &C::Model::dropout, "dropout probability", in_range(0, 1, false, true)),
-        field("data", "kind", &C::data, &C::Data::kind, "addition (generated) or text (a file)", one_of({"addition", "text"})),
-        field("data", "path", &C::data, &C::Data::path, "the text file, for kind text"),
+        field("data", "kind", &C::data, &C::Data::kind, "addition (generated), text (a file), shards (token files of llm.c or nanoGPT) or random_tokens (uniform random ids, no files)", one_of({"addition", "text", "shards", "random_tokens"})),
+        field("data", "path", &C::data, &C::Data::path, "the text file (kind text), or the training shards: a file or a glob such as data/fineweb10B/fineweb_train_*.bin (kind shards)"),
+        field("data", "val_path", &C::data, &C::Data::val_path, "the validation shards, a file or a glob (kind shards)"),
+        field("data", "format", &C::data, &C::Data::format, "the shards' layout: llmc (llm.c's: a 256-int32 header, then uint16 GPT-2 or uint32 LLaMA-3 ids) or raw_uint16 (nanoGPT's train.bin / val.bin: uint16 ids, no header)", one_of({"llmc", "raw_uint16"})),
+        field("data", "vocab_size", &C::data, &C::Data::vocab_size, "the tokenizer's vocabulary, for shards and random_tokens; 0: the format's (GPT-2's 50257; LLaMA-3's 128256 for llm.c's LLaMA-3 shards)", at_least(0)),
         field("data", "val_fraction", &C::data, &C::Data::val_fraction, "share held out for validation", in_range(0, 1, true, true)),
         field("data", "digits", &C::data, &C::Data::digits, "digits per operand, for kind addition", at_least(1)),
         field("optim", "name", &C::optim, &C::Optim::name, "adamw or sgd", one_of({"adamw", "sgd"})),
@@ -329,6 +332,12 @@ public:
                                             std::to_string(c.model.n_head) + ")");
         if (c.data.kind == "text" && c.data.path.empty())
             error(none, "data.path", "data.kind is text, so data.path must name a text file");
+        if (c.data.kind == "shards" && c.data.path.empty())
+            error(none, "data.path", "data.kind is shards, so data.path must name the training "
+                  "shards (a file or a glob such as data/fineweb10B/fineweb_train_*.bin)");
+        if (c.data.kind == "shards" && c.data.val_path.empty())
+            error(none, "data.val_path", "data.kind is shards, so data.val_path must name the "
+                  "validation shards (a file or a glob such as data/fineweb10B/fineweb_val_*.bin)");
         if (c.optim.min_lr > c.optim.lr)
             error(none, "optim.min_lr", "min_lr must not exceed optim.lr");
     }

@@ -22,8 +22,11 @@ struct Config {
         double dropout = 0.0;
     } model;
     struct Data {
-        std::string kind = "addition";
-        std::string path;
+        std::string kind = "addition";  // addition, text, shards or random_tokens
+        std::string path;               // text: the file; shards: the train shards (file or glob)
+        std::string val_path;           // shards: the validation shards (file or glob)
+        std::string format = "llmc";    // shards: llmc (llm.c's header) or raw_uint16 (nanoGPT's)
+        std::int64_t vocab_size = 0;    // shards, random_tokens: the tokenizer's; 0: the format's
         double val_fraction = 0.1;
         std::int64_t digits = 2;
     } data;

@@ -144,7 +144,7 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     out.config = load_config((dir / "config.yaml").string());
     std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
-    out.vocab = CharVocab(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
+    out.vocab = Vocab::parse(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
     set_allow_tf32(out.config.train.precision == "tf32");
     Generator init(0);  // overwritten by the checkpoint
     out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
@@ -197,8 +197,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
          << dump_config(cfg_) << "\n";
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
-         << device_name(device_) << ", data " << c.data.kind << " (vocabulary " << vocab
-         << "), run directory " << dir_ << "\n"
+         << device_name(device_) << ", run directory " << dir_ << "\n"
+         << "data: " << data_->describe() << "\n"
          << "memory per step (estimated): " << need.describe() << "\n";
 }
 
@@ -448,6 +448,13 @@ std::unique_ptr<Dataset> make_dataset(const Config& c) {
     if (c.data.kind == "addition")
         return std::make_unique<AdditionData>(c.data.digits, c.data.val_fraction,
                                               static_cast<std::uint64_t>(c.train.seed));
+    if (c.data.kind == "shards")
+        return std::make_unique<ShardData>(
+            c.data.path, c.data.val_path,
+            c.data.format == "raw_uint16" ? TokenFormat::raw_uint16 : TokenFormat::llmc,
+            c.data.vocab_size, c.model.block_size);
+    if (c.data.kind == "random_tokens")
+        return std::make_unique<RandomTokenData>(c.data.vocab_size, c.model.block_size);
     return std::make_unique<TextData>(c.data.path, c.data.val_fraction, c.model.block_size);
 }
 
