@@ -108,7 +108,7 @@ TEST_CASE("config structure errors", "[config][errors]") {
 TEST_CASE("the shipped configs load and list every key with a comment", "[config]") {
     Config defaults;
     std::string dump = dump_config(defaults);
-    for (const char* name : {"addition.yaml", "shakespeare_char.yaml"}) {
+    for (const char* name : {"addition.yaml", "shakespeare_char.yaml", "gpt2_124m.yaml"}) {
         const std::string path = std::string(FG_SOURCE_DIR) + "/configs/" + name;
         INFO(path);
         Config c = load_config(path);
