@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,7 +23,8 @@
 
 namespace fg {
 
-Vocab::Vocab(const std::string& chars) : chars_(chars), size_(static_cast<std::int64_t>(chars.size())) {
+Vocab::Vocab(const std::string& chars)
+    : chars_(chars), size_(static_cast<std::int64_t>(chars.size())) {
     std::fill(std::begin(id_), std::end(id_), -1);
     for (std::size_t i = 0; i < chars_.size(); ++i) {
         auto c = static_cast<unsigned char>(chars_[i]);
@@ -75,7 +77,9 @@ std::vector<std::int32_t> Vocab::encode(const std::string& text, const char* wha
     if (tokens_) {
         std::vector<std::int32_t> ids;
         std::size_t i = 0;
-        const auto separator = [](char c) { return c == ' ' || c == ',' || c == '\t' || c == '\n'; };
+        const auto separator = [](char c) {
+            return c == ' ' || c == ',' || c == '\t' || c == '\n';
+        };
         while (i < text.size()) {
             if (separator(text[i])) {
                 ++i;
@@ -327,17 +331,18 @@ std::string count_text(std::int64_t n) {
 // their files are for training is for the pattern to say.
 std::vector<std::string> shard_paths(const std::string& pattern, const char* key) {
     namespace fs = std::filesystem;
-    FG_CHECK(!pattern.empty(), "data", key, " is empty: data.kind shards needs the ", key,
-             " files, a file or a glob pattern such as data/fineweb10B/fineweb_",
-             std::strcmp(key, "data.path") == 0 ? "train" : "val", "_*.bin");
+    const bool train = std::strcmp(key, "data.path") == 0;
+    FG_CHECK(!pattern.empty(), "data", key, " is empty: give the ",
+             train ? "training" : "validation", " shards as a file or a glob pattern such as "
+             "data/fineweb10B/fineweb_", train ? "train" : "val", "_*.bin");
     std::error_code ec;
     auto refuse_directory = [&](const std::string& path) {
         if (!fs::is_directory(path, ec)) return;
         std::string dir = path;
         while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
         fail("data", "'", path, "' (", key, " '", pattern, "') is a directory: ", key,
-             " takes shard files, as a file or a glob pattern, e.g. ", dir, "/*train*.bin for data.path and ",
-             dir, "/*val*.bin for data.val_path");
+             " takes shard files, as a file or a glob pattern, e.g. ", dir,
+             "/*train*.bin for data.path and ", dir, "/*val*.bin for data.val_path");
     };
     if (pattern.find_first_of("*?[") == std::string::npos) {
         refuse_directory(pattern);
@@ -397,9 +402,10 @@ ShardData::ShardData(const std::string& train_pattern, const std::string& val_pa
                      "header) need data.format: raw_uint16");
             const std::int32_t expected_version = gpt2 ? kLlmcVersion : kLlmcLlama3Version;
             FG_CHECK(header[1] == expected_version, "data", "'", path, "' has llm.c's ",
-                     gpt2 ? "GPT-2" : "LLaMA-3", " magic number ", header[0], " but header version ",
-                     header[1], "; llm.c writes version ", expected_version, " with it (",
-                     gpt2 ? "uint16" : "uint32", " ids), and fusegrad reads no other");
+                     gpt2 ? "GPT-2" : "LLaMA-3", " magic number ", header[0],
+                     " but header version ", header[1], "; llm.c writes version ",
+                     expected_version, " with it (", gpt2 ? "uint16" : "uint32",
+                     " ids), and fusegrad reads no other");
             FG_CHECK(header[2] >= 0, "data", "'", path, "': its header's token count is ",
                      header[2], " (negative: a damaged header)");
             version = header[1];
@@ -508,7 +514,8 @@ Batch ShardData::batch(Split s, std::int64_t batch_size, Generator& gen, Device 
         // Every window of the split equally likely: one draw picks the file and the start.
         const std::int64_t w = draw_below(gen, f.window_ends.back());
         const auto k = static_cast<std::size_t>(
-            std::upper_bound(f.window_ends.begin(), f.window_ends.end(), w) - f.window_ends.begin());
+            std::upper_bound(f.window_ends.begin(), f.window_ends.end(), w) -
+            f.window_ends.begin());
         const std::int64_t start = w - (k ? f.window_ends[k - 1] : 0);
         const Shard& sh = f.shards[k];
         for (std::int64_t j = 0; j <= t; ++j) {
@@ -538,7 +545,8 @@ std::string RandomTokenData::describe() const {
            "vocabulary " + std::to_string(vocab_.size()) + " ids";
 }
 
-Batch RandomTokenData::batch(Split s, std::int64_t batch_size, Generator& gen, Device device) const {
+Batch RandomTokenData::batch(Split s, std::int64_t batch_size, Generator& gen,
+                             Device device) const {
     const std::int64_t t = block_size_, row = t + 1, n = batch_size * row;
     const auto vocab = static_cast<std::uint64_t>(vocab_.size());
     // Four ids a Philox call; the validation split under another key.
@@ -549,7 +557,8 @@ Batch RandomTokenData::batch(Split s, std::int64_t batch_size, Generator& gen, D
     for (std::int64_t r = 0; r < batch_size; ++r) {
         for (std::int64_t j = 0; j < row; ++j) {
             const std::int64_t k = r * row + j;
-            if (k % 4 == 0) words = philox::philox4x32_10(key, first + static_cast<std::uint64_t>(k / 4));
+            if (k % 4 == 0)
+                words = philox::philox4x32_10(key, first + static_cast<std::uint64_t>(k / 4));
             // A 32-bit word scaled to [0, vocab): no division, a bias below vocab / 2^32.
             window[j] = static_cast<std::int32_t>((words.w[k % 4] * vocab) >> 32);
         }
