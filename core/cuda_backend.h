@@ -9,10 +9,11 @@
 #include <cstddef>
 #include <string>
 
-#include "kernels/elementwise.h"  // ScalarType, BinaryOp (plain C++ declarations)
-#include "kernels/layout.h"       // PermuteParams
-#include "kernels/norm.h"         // NormForwardArgs, NormBackwardArgs
-#include "kernels/optim.h"        // AdamWStep
+#include "kernels/attention_cudnn.h"  // CudnnAttentionArgs (plain C++ declarations)
+#include "kernels/elementwise.h"      // ScalarType, BinaryOp
+#include "kernels/layout.h"           // PermuteParams
+#include "kernels/norm.h"             // NormForwardArgs, NormBackwardArgs
+#include "kernels/optim.h"            // AdamWStep
 
 namespace fg {
 

@@ -6,6 +6,7 @@
 #include "kernels/reduce.h"
 #include "kernels/runtime.h"
 #include "kernels/attention.h"
+#include "kernels/attention_cudnn.h"
 #include "kernels/softmax.h"
 
 #include "cuda_backend.h"
