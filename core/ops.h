@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/norm.h"  // NormReduction (a plain enum)
 #include "tensor.h"
@@ -61,14 +62,34 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
 // weight (V, C), ids i32 of any shape S -> S + (C). Deterministic backward.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 
-// ---- attention (ops/attention.cpp; kernels/attention.cu) -------------------------------------
+// ---- attention (ops/attention.cpp; kernels/attention.cu, kernels/attention_cudnn.cpp) --------
+// Which kernels causal_attention runs (a config's kernels.attention, set on CausalSelfAttention):
+//   automatic  cuDNN's fused flash attention (kernels/attention_cudnn.h) where it can run: CUDA,
+//              bf16 or f16, head size D a multiple of 8 up to 128, a build with cuDNN on an
+//              Ampere or newer GPU; else fused;
+//   cudnn      cuDNN's, and an error saying why where it cannot run;
+//   fused      fusegrad's own kernels (kernels/attention.h) always: the only path for f32 and the
+//              CPU, and the reference the cuDNN path is tested against.
+enum class AttentionBackend { automatic, cudnn, fused };
+const char* attention_backend_name(AttentionBackend backend);  // "auto", "cudnn", "fused"
+struct AttentionOptions {
+    AttentionBackend backend = AttentionBackend::automatic;
+};
+
 // Causal self-attention of every head, fused so that nothing of (T, T) size is kept for the
 // backward: qkv (3, B, H, T, D) holds q, k, v; returns (B, H, T, D)
 //   out = dropout(softmax(q k^T / sqrt(D), causal), p) v
-// with dropout drawn from default_generator() exactly as dropout() on the (B, H, T, T)
-// probabilities would (the same counters), only when training and p > 0. The backward recomputes
-// q k^T and the probabilities from one saved log-sum-exp per row.
-Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training = true);
+// with dropout only when training and p > 0. Fused kernels: the mask is drawn from
+// default_generator() exactly as dropout() on the (B, H, T, T) probabilities would (the same
+// counters); the backward recomputes q k^T and the probabilities from one saved log-sum-exp per
+// row. cuDNN: the mask is cuDNN's own Philox stream, seeded from the same generator (the same
+// seed and offset are claimed, so the draws after it do not depend on the backend); nothing of
+// (T, T) size exists at all, and the output is saved too (its backward needs it).
+Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training = true,
+                        const AttentionOptions& options = {});
+// Why cuDNN's fused attention cannot run on a qkv on `device` of `dtype` with head size
+// `head_dim`, or "" when it can (which asks the GPU, and starts cuDNN, the first time).
+std::string cudnn_attention_unsupported(Device device, DType dtype, std::int64_t head_dim);
 
 // ---- layout and conversion (ops/layout.cpp) -------------------------------------------------
 Tensor reshape(const Tensor& x, const Shape& shape);  // view; one dim may be -1

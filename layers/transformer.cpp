@@ -40,7 +40,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
     // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v are rows 0, 1, 2 of dim 0.
     Tensor qkv = permute(c_attn.forward(x).reshape({b, t, 3, h, d}), {2, 0, 3, 1, 4});
     // softmax(q k^T / sqrt(D), causal) with dropout, times v: one op that keeps no (T, T) tensor.
-    Tensor y = merge_heads(causal_attention(qkv, dropout_, training()));  // (B, H, T, D) -> (B, T, C)
+    AttentionOptions options;
+    options.backend = backend_;
+    Tensor y = merge_heads(causal_attention(qkv, dropout_, training(), options));  // (B, H, T, D) -> (B, T, C)
     return dropout(c_proj.forward(y), dropout_, training());
 }
 

@@ -14,8 +14,9 @@
 
 namespace fg {
 
-// The blocks' shape. Kernel settings (the norms' dw/db reduction, ...) are not here: they are set
-// on the built layers (Module::apply, NormBase::set_reduction).
+// The blocks' shape. Kernel settings (the norms' dw/db reduction, the attention's kernels) are
+// not here: they are set on the built layers (Module::apply, NormBase::set_reduction,
+// CausalSelfAttention::set_backend).
 struct TransformerConfig {
     std::int64_t n_embd = 0, n_head = 0, n_layer = 1;
     bool bias = true;
@@ -29,12 +30,17 @@ class CausalSelfAttention final : public Module {
 public:
     CausalSelfAttention(const TransformerConfig& cfg, Generator& gen);
     Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+    // Which kernels the attention runs (core/ops.h, AttentionBackend): automatic until set (the
+    // trainer sets it from kernels.attention on a built model, train/trainer.h).
+    AttentionBackend backend() const { return backend_; }
+    void set_backend(AttentionBackend backend) { backend_ = backend; }
 
     Linear c_attn, c_proj;
 
 private:
     std::int64_t n_head_;
     double dropout_;
+    AttentionBackend backend_ = AttentionBackend::automatic;
 };
 
 class MLP final : public Module {

@@ -43,7 +43,8 @@ double tensors(double count, double elements, double bytes_each) {
 }  // namespace
 
 TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
-                                        std::int64_t seq_len, int optimizer_floats_per_param) {
+                                        std::int64_t seq_len, int optimizer_floats_per_param,
+                                        bool cudnn_attention) {
     FG_CHECK(batch > 0 && seq_len > 0 && seq_len <= g.block_size, "memory",
              "batch (", batch, ") and sequence length (", seq_len,
              ") must be positive, the length at most block_size (", g.block_size, ")");
@@ -84,10 +85,12 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     // (C), the permuted q, k, v the attention keeps (3C), attn.c_proj's input (C), the residual
     // sum ln_2 keeps (C), c_fc's input (C), GELU's input (4C) and mlp.c_proj's input (4C); in
     // f32 each norm's rstd (and LayerNorm's mean) and the attention's log-sum-exp per head.
+    // cuDNN's attention also keeps its output (C) for its backward.
     const double channels = tensors(1, N * C, s), wide = tensors(1, 4 * N * C, s);
     const double norm_stats = tensors(g.rmsnorm ? 1 : 2, N, f32);
     const double block_to_attention =  // what the backward still holds at the attention
-        2 * channels + tensors(1, 3 * N * C, s) + norm_stats + tensors(1, N * H, f32);
+        2 * channels + tensors(1, 3 * N * C, s) + norm_stats + tensors(1, N * H, f32) +
+        (cudnn_attention ? channels : 0.0);
     const double block_after_attention = 3 * channels + 2 * wide + norm_stats;
     const double block = block_to_attention + block_after_attention;
     // After the blocks: ln_f's input and output, the logits the loss keeps and its per-row
@@ -106,13 +109,18 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     //   input (4C) has been freed;
     // - the last attention's: the MLP's and ln_2's saved tensors are gone too; the residual
     //   stream's and the output's gradients (C each), dqkv (3C) and per head the scores S (f32),
-    //   the probabilities Pd and in 16-bit dPd (f32), each (B H, T, T).
+    //   the probabilities Pd and in 16-bit dPd (f32), each (B H, T, T). cuDNN's attention has no
+    //   (T, T) buffer; its workspace is taken to be what FlashAttention's backward needs: an
+    //   fp32 accumulator of dQ (C) and one fp32 value per row and head.
     const double scores = B * H * T * T;
+    const double attention_scratch =
+        cudnn_attention ? tensors(1, N * C, f32) + tensors(1, N * H, f32)
+                        : tensors(1, scores, f32) + tensors(1, scores, s) +
+                              (half ? tensors(1, scores, f32) : 0.0);
     const double head_backward = channels + (half ? tensors(1, V * C, s) : 0.0);
     const double mlp_backward = -head + channels + 2 * wide - wide;  // net: one 4C tensor
-    const double attention_backward =
-        -head - block_after_attention + 2 * channels + tensors(1, 3 * N * C, s) +
-        tensors(1, scores, f32) + tensors(1, scores, s) + (half ? tensors(1, scores, f32) : 0.0);
+    const double attention_backward = -head - block_after_attention + 2 * channels +
+                                      tensors(1, 3 * N * C, s) + attention_scratch;
     m.workspace = std::max({0.0, head_backward, mlp_backward, attention_backward});
     return m;
 }

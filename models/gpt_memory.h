@@ -6,7 +6,7 @@
 // the f32 parameters, their f32 gradients and the optimizer's state; in mixed precision the
 // 16-bit copies of the weights that the forward keeps for the backward; the activations the
 // autograd graph saves for the backward; and the largest short-lived buffer of the step (the
-// attention's per-head (T, T) scores, or the logits' gradient). Each tensor is rounded up to the
+// fused attention's per-head (T, T) scores, or the logits' gradient). Each tensor is rounded up to the
 // caching allocator's granule, as the allocator does. tests/test_gpt.cpp (CPU, f32) and
 // tests/gpu/test_gpu_train.cpp (CUDA, f32 and bf16) compare it with the allocator's measured
 // peak. The CPU's 16-bit path is not covered: there each op widens its inputs to f32 copies
@@ -36,7 +36,10 @@ struct TrainingMemory {
 
 // One training step's memory for `config` on batches of `batch` sequences of `seq_len` tokens.
 // `optimizer_floats_per_param`: 2 for AdamW, 1 for SGD with momentum, 0 without.
+// `cudnn_attention`: the attention runs cuDNN's fused kernels (core/ops.h, AttentionBackend),
+// which keep no (T, T) buffer but save their output for the backward.
 TrainingMemory estimate_training_memory(const GPTConfig& config, std::int64_t batch,
-                                        std::int64_t seq_len, int optimizer_floats_per_param);
+                                        std::int64_t seq_len, int optimizer_floats_per_param,
+                                        bool cudnn_attention = false);
 
 }  // namespace fg

@@ -1,17 +1,23 @@
 // tests/test_kernel_settings.cpp: kernel settings reach the layers of a built model, not its
 // constructors: Module::apply visits every module of a GPT once; a norm layer's reduction is its
 // constructor's default until set; and the trainer (new runs, resumed runs, load_run) sets
-// kernels.norm_reduction on every norm of the model it builds.
+// kernels.norm_reduction on every norm of the model it builds, and kernels.attention on every
+// attention layer, refusing cudnn where cuDNN cannot run (here: the CPU).
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
+#include <string>
 #include <vector>
 
+#include "core/cuda_backend.h"
 #include "layers/norm.h"
 #include "test_helpers.h"
 
 using namespace fg;
+using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -25,6 +31,14 @@ std::vector<const NormBase*> norms_of(const GPT& model) {
     }
     out.push_back(model.ln_f.get());
     return out;
+}
+
+void require_attention(const GPT& model, AttentionBackend want) {
+    REQUIRE(!model.h.empty());
+    for (std::size_t i = 0; i < model.h.size(); ++i) {
+        INFO("block " << i);
+        CHECK(model.h[i]->attn.backend() == want);
+    }
 }
 
 void require_reduction(const GPT& model, NormReduction want) {
@@ -120,4 +134,71 @@ TEST_CASE("a resume's kernels.norm_reduction reaches the modules, and load_run's
     // The resumed config is now the run's, and load_run (sample, eval) builds from it.
     require_reduction(*load_run(dir, false, Device::cpu).model, NormReduction::grid);
     require_reduction(*load_run(dir, true, Device::cpu).model, NormReduction::grid);
+}
+
+TEST_CASE("kernels.attention reaches every attention layer; cudnn is refused where cuDNN cannot run",
+          "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings_attention";
+    std::ostringstream log;
+    // A layer built by hand, or a GPT built without a Config: the automatic choice.
+    Generator gen(1);
+    GPT model(test::small_gpt(11, 8, 2, 2, 8), gen);
+    require_attention(model, AttentionBackend::automatic);
+    model.h[0]->attn.set_backend(AttentionBackend::fused);
+    CHECK(model.h[0]->attn.backend() == AttentionBackend::fused);
+    for (const auto& [value, want] : std::vector<std::pair<std::string, AttentionBackend>>{
+             {"fused", AttentionBackend::fused}, {"auto", AttentionBackend::automatic}}) {
+        INFO("kernels.attention=" << value);
+        fs::remove_all(dir);
+        Trainer t(test::tiny_addition_run(dir, 2, {"model.n_layer=3", "kernels.attention=" + value}), log);
+        require_attention(t.model(), want);
+        CHECK(std::string(attention_backend_name(want)) == value);
+    }
+    // cudnn on the CPU: refused when the trainer configures the model, before anything is written.
+    fs::remove_all(dir);
+    REQUIRE_THROWS_WITH(
+        Trainer(test::tiny_addition_run(dir, 2, {"kernels.attention=cudnn"}), log),
+        Contains("[train] kernels.attention is cudnn, but cuDNN's fused attention cannot run this "
+                 "model: the tensors are on the CPU") &&
+            Contains("set kernels.attention to auto or fused"));
+    CHECK_FALSE(fs::exists(dir + "/config.yaml"));
+    // The op itself, asked for cuDNN on CPU tensors (or, in a CPU-only build, anywhere).
+    Tensor qkv = test::random_f32({3, 1, 2, 5, 8}).to(DType::bf16);
+    REQUIRE_THROWS_WITH(causal_attention(qkv, 0.0, true, {AttentionBackend::cudnn}),
+                        Contains("[causal_attention] the cudnn backend cannot run this call: the "
+                                 "tensors are on the CPU"));
+    CHECK(cudnn_attention_unsupported(Device::cpu, DType::bf16, 64).find("on the CPU") != std::string::npos);
+    if (!built_with_cuda())
+        CHECK(cudnn_attention_unsupported(Device::cuda, DType::bf16, 64) ==
+              "fusegrad was built without CUDA");
+    // A bad value is a config error naming the choices.
+    REQUIRE_THROWS_WITH(parse_config("kernels:\n  attention: flash\n", "x.yaml"),
+                        Contains("x.yaml:2:14: error: kernels.attention: must be one of auto, cudnn, fused"));
+}
+
+TEST_CASE("a resume may change kernels.attention; load_run reads a cudnn run on the CPU",
+          "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings_attention_resume";
+    fs::remove_all(dir);
+    std::ostringstream log;
+    {
+        Trainer t(test::tiny_addition_run(dir, 4, {"kernels.attention=fused"}), log);
+        t.run(2);
+        require_attention(t.model(), AttentionBackend::fused);
+    }
+    auto resumed = Trainer::resume(dir, {"kernels.attention=auto"}, log);
+    require_attention(resumed->model(), AttentionBackend::automatic);
+    resumed->run();
+    // A run whose config says cudnn (trained on a GPU, say) is still read on the CPU: load_run
+    // falls back to the automatic choice there.
+    {
+        std::ifstream in(dir + "/config.yaml");
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        const std::string from = "attention: \"auto\"";
+        REQUIRE(text.find(from) != std::string::npos);
+        text.replace(text.find(from), from.size(), "attention: cudnn");
+        std::ofstream(dir + "/config.yaml") << text;
+    }
+    LoadedModel loaded = load_run(dir, false, Device::cpu);
+    require_attention(*loaded.model, AttentionBackend::automatic);
 }

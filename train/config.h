@@ -50,6 +50,7 @@ struct Config {
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";
+        std::string attention = "auto";  // auto, cudnn or fused (core/ops.h, AttentionBackend)
     } kernels;
     // Notes for the user that are not errors (a deprecated key was read); the caller prints them.
     std::vector<std::string> warnings;

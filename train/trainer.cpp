@@ -68,6 +68,27 @@ void assign(Tensor& target, const Tensor& source, const std::string& name, const
     if (grad) target.set_requires_grad(true);
 }
 
+
+// The activations' dtype (GPTConfig::compute_dtype) and the attention's head size D.
+DType compute_dtype(const Config& c) {
+    return c.train.precision == "bf16" ? DType::bf16 : DType::f32;
+}
+std::int64_t head_dim(const Config& c) { return c.model.n_embd / c.model.n_head; }
+
+// kernels.attention as the op's option.
+AttentionBackend attention_backend(const Config& c) {
+    return c.kernels.attention == "cudnn"   ? AttentionBackend::cudnn
+           : c.kernels.attention == "fused" ? AttentionBackend::fused
+                                            : AttentionBackend::automatic;
+}
+
+// True when the attention of this config's model on `device` runs cuDNN's fused kernels (which
+// keep no (T, T) buffer: the memory estimate differs).
+bool attention_runs_cudnn(const Config& c, Device device) {
+    return attention_backend(c) != AttentionBackend::fused &&
+           cudnn_attention_unsupported(device, compute_dtype(c), head_dim(c)).empty();
+}
+
 }  // namespace
 
 Device resolve_device(const std::string& name) {
@@ -90,7 +111,7 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
     g.rmsnorm = c.model.norm == "rmsnorm";
     g.bias = c.model.bias;
     g.dropout = c.model.dropout;
-    g.compute_dtype = c.train.precision == "bf16" ? DType::bf16 : DType::f32;
+    g.compute_dtype = compute_dtype(c);
     return g;
 }
 
@@ -104,8 +125,17 @@ void configure_kernels(Module& model, const Config& c) {
     const NormReduction reduction = c.kernels.norm_reduction == "grid"     ? NormReduction::grid
                                     : c.kernels.norm_reduction == "locked" ? NormReduction::locked
                                                                            : NormReduction::automatic;
-    model.apply([reduction](Module& m) {
+    const AttentionBackend attention = attention_backend(c);
+    if (attention == AttentionBackend::cudnn) {
+        const std::vector<Tensor*> params = model.parameters();
+        const Device device = params.empty() ? Device::cpu : params.front()->device();
+        const std::string why = cudnn_attention_unsupported(device, compute_dtype(c), head_dim(c));
+        FG_CHECK(why.empty(), "train", "kernels.attention is cudnn, but cuDNN's fused attention "
+                 "cannot run this model: ", why, "; set kernels.attention to auto or fused");
+    }
+    model.apply([reduction, attention](Module& m) {
         if (auto* norm = dynamic_cast<NormBase*>(&m)) norm->set_reduction(reduction);
+        if (auto* attn = dynamic_cast<CausalSelfAttention*>(&m)) attn->set_backend(attention);
     });
 }
 
@@ -115,7 +145,8 @@ void configure_kernels(Module& model, const Config& c) {
 TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t seq_len,
                             Device device) {
     const TrainingMemory need = estimate_training_memory(g, c.train.batch_size, seq_len,
-                                                         c.optim.name == "sgd" ? 1 : 2);
+                                                         c.optim.name == "sgd" ? 1 : 2,
+                                                         attention_runs_cudnn(c, device));
     if (!c.train.memory_check) return need;
     const double available = static_cast<double>(available_memory(device));
     FG_CHECK(need.total() <= available, "train", "one step of this run needs about ",
@@ -148,7 +179,12 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     set_allow_tf32(out.config.train.precision == "tf32");
     Generator init(0);  // overwritten by the checkpoint
     out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
-    configure_kernels(*out.model, out.config);
+    // Kernels are a matter of speed: a run trained with kernels.attention=cudnn is still read
+    // where cuDNN cannot run (sample or eval on the CPU), with the automatic choice.
+    Config kernels = out.config;
+    if (kernels.kernels.attention == "cudnn" && !attention_runs_cudnn(kernels, device))
+        kernels.kernels.attention = "auto";
+    configure_kernels(*out.model, kernels);
     load_weights(*out.model, (dir / (best ? "best.safetensors" : "model.safetensors")).string(),
                  device);
     out.model->train(false);
@@ -215,7 +251,8 @@ const std::vector<std::string>& resumable_keys() {
     static const std::vector<std::string> keys{
         "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
         "train.device", "train.precision", "train.out_dir", "train.memory_check", "optim.lr", "optim.min_lr",
-        "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction"};
+        "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction",
+        "kernels.attention"};
     return keys;
 }
 

@@ -100,9 +100,11 @@ void load_weights(GPT& model, const std::string& path, Device device);
 // The GPT a config describes, with `vocab` tokens unless model.vocab_size says more: its shape
 // and arithmetic, not its kernels' settings (configure_kernels).
 GPTConfig gpt_config(const Config& config, std::int64_t vocab);
-// Applies every kernels.* setting of `config` to the modules of a built model (today
-// kernels.norm_reduction, to every norm layer), walking the module tree (Module::apply). Called
-// once after building a model from a config: by the trainer (new and resumed runs) and load_run.
+// Applies every kernels.* setting of `config` to the modules of a built model
+// (kernels.norm_reduction to every norm layer, kernels.attention to every attention layer),
+// walking the module tree (Module::apply). Called once after building a model from a config: by
+// the trainer (new and resumed runs) and load_run. kernels.attention=cudnn where cuDNN's fused
+// attention cannot run the model (the CPU, f32, a build without cuDNN, ...) is an error saying why.
 void configure_kernels(Module& model, const Config& config);
 // The optimizer a config describes (optim.name and its hyperparameters), over `params`.
 std::unique_ptr<Optimizer> make_optimizer(const Config& config, const std::vector<NamedParam>& params);

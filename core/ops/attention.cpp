@@ -11,8 +11,13 @@
 // bf16 / f16 qkv: S, dPd and lse stay fp32 (the score GEMMs write fp32, as flash attention keeps
 // its scores in registers), Pd and dS are rounded to qkv's dtype for the GEMMs that read them, so
 // each of those two gets a buffer of its own: S, Pd (then dS) and, in the backward, dPd.
+//
+// Where cuDNN's fused attention can run (AttentionOptions, core/ops.h), the forward and the
+// backward are each one cuDNN call instead (kernels/attention_cudnn.h): no (T, T) buffer at all.
+// Saved between them: qkv, the output O and lse (cuDNN's "stats"), and the (seed, offset).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "../random.h"
@@ -139,9 +144,105 @@ void scores(const Tensor& qkv, Tensor& s, const AttentionShape& a) {
              at(qkv, a.qkv_stride()), td, s.raw_data(), a.t * a.t, a.heads_total);
 }
 
+// ---- cuDNN's fused attention ------------------------------------------------------------------
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Whether this call runs cuDNN's kernels: never with the fused backend (or on an empty qkv, which
+// has nothing to compute); with cudnn always, or an error saying why it cannot; with automatic
+// where it can.
+bool use_cudnn(const Tensor& qkv, AttentionBackend backend) {
+    if (backend == AttentionBackend::fused || qkv.numel() == 0) return false;
+    std::string why = cudnn_attention_unsupported(qkv.device(), qkv.dtype(), qkv.size(4));
+    if (why.empty() && !aligned16(qkv.raw_data()))
+        why = "qkv's data is not 16-byte aligned (a view at an odd offset)";
+    FG_CHECK(why.empty() || backend != AttentionBackend::cudnn, "causal_attention",
+             "the cudnn backend cannot run this call: ", why);
+    return why.empty();
+}
+
+// q, k and v of a (3, B, H, T, D) qkv (and dq, dk, dv of its gradient, which has the same layout),
+// with what both cuDNN calls share.
+kernels::CudnnAttentionArgs cudnn_args(const Tensor& qkv, const AttentionShape& a) {
+    kernels::CudnnAttentionArgs k;
+    k.type = scalar_type(qkv.dtype());
+    k.b = qkv.size(1);
+    k.h = qkv.size(2);
+    k.t = a.t;
+    k.d = a.d;
+    k.stride_b = k.h * a.t * a.d;
+    k.stride_h = a.t * a.d;
+    k.stride_t = a.d;
+    k.scale = a.scale;
+    k.p = a.p;
+    k.seed = a.seed;
+    k.offset = a.offset;
+    k.q = at(qkv, 0);
+    k.k = at(qkv, a.qkv_stride());
+    k.v = at(qkv, 2 * a.qkv_stride());
+    return k;
+}
+
+// The forward by cuDNN, recording its backward (also cuDNN's).
+Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a) {
+    const char* op = "causal_attention";
+    const Device dev = qkv.device();
+    CudaBackend& cuda = cuda_backend(op);
+    Tensor out = Tensor::empty({qkv.size(1), qkv.size(2), a.t, a.d}, qkv.dtype(), dev);
+    // lse only when a backward can follow (the inference graph skips writing it).
+    Tensor lse = needs_grad({qkv}) ? Tensor::empty({a.rows()}, DType::f32, dev) : Tensor();
+    kernels::CudnnAttentionArgs k = cudnn_args(qkv, a);
+    k.out = out.raw_data();
+    k.stats = lse.defined() ? lse.data<float>() : nullptr;
+    {
+        Tensor workspace = scratch_bytes(dev, cuda.cudnn_attention_workspace_bytes(k, false));
+        k.workspace = workspace.raw_data();
+        cuda.cudnn_attention_forward(k);
+    }
+    Tensor saved = qkv.detach(), saved_out = out.detach();
+    return record(op, {qkv}, out, [saved, saved_out, lse, a](const Tensor& g) -> std::vector<Tensor> {
+        CudaBackend& cuda = cuda_backend("causal_attention");
+        const Tensor dout = aligned16(g.raw_data()) ? g : g.clone();
+        Tensor dqkv = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
+        kernels::CudnnAttentionArgs k = cudnn_args(saved, a);
+        k.out = saved_out.raw_data();
+        k.stats = lse.data<float>();
+        k.dout = dout.raw_data();
+        k.dq = at(dqkv, 0);
+        k.dk = at(dqkv, a.qkv_stride());
+        k.dv = at(dqkv, 2 * a.qkv_stride());
+        Tensor workspace = scratch_bytes(saved.device(), cuda.cudnn_attention_workspace_bytes(k, true));
+        k.workspace = workspace.raw_data();
+        cuda.cudnn_attention_backward(k);
+        return {dqkv};
+    });
+}
+
 }  // namespace
 
-Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training) {
+const char* attention_backend_name(AttentionBackend backend) {
+    switch (backend) {
+        case AttentionBackend::automatic: return "auto";
+        case AttentionBackend::cudnn: return "cudnn";
+        case AttentionBackend::fused: return "fused";
+    }
+    return "unknown";
+}
+
+std::string cudnn_attention_unsupported(Device device, DType dtype, std::int64_t head_dim) {
+    if (device != Device::cuda) return "the tensors are on the CPU (cuDNN runs on CUDA tensors)";
+    if (!is_half(dtype))
+        return std::string("the tensors are ") + dtype_name(dtype) +
+               " (cuDNN's fused attention takes bf16 or f16: train.precision bf16)";
+    CudaBackend* cuda = cuda_backend_or_null();
+    if (!cuda)
+        return built_with_cuda() ? "no CUDA device is available"
+                                 : "fusegrad was built without CUDA";
+    return cuda->cudnn_attention_unsupported(scalar_type(dtype), head_dim);
+}
+
+Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training,
+                        const AttentionOptions& options) {
     const char* op = "causal_attention";
     check_defined(op, qkv, "qkv");
     check_arithmetic_dtype(op, qkv);
@@ -152,11 +253,13 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training) {
     FG_CHECK(t > 0 && d > 0, op, "qkv needs T >= 1 and D >= 1, got ", shape_str(qkv.shape()));
     AttentionShape a{b * h, t, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                      training ? static_cast<float>(dropout_p) : 0.0f, 0, 0};
+    const bool cudnn = use_cudnn(qkv, options.backend);  // before the generator moves
     if (a.p > 0.0f) {
         Generator& gen = default_generator();
         a.seed = gen.seed();
         a.offset = gen.advance_aligned(static_cast<std::uint64_t>(a.rows() * t));
     }
+    if (cudnn) return cudnn_attention(qkv, a);
     const DType dt = qkv.dtype(), acc = accumulate_dtype(dt);
     const bool half = is_half(dt);
     Tensor out = Tensor::empty({b, h, t, d}, dt, qkv.device());
