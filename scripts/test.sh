@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The test command (README, .ci/run): installs what is missing, then
+# The test command (README, .ci/run): installs what is missing (with the cuDNN frontend's headers
+# where nvcc and cuDNN are installed, so that the CUDA build has cuDNN's attention), then
 #   1. the CUDA configuration (when nvcc exists; compile and link only without a GPU), -Werror,
 #      and its CPU tests (ctest -LE gpu); on a machine with a GPU, also the gpu tests;
 #   2. a CPU-only configuration under AddressSanitizer + UndefinedBehaviorSanitizer, -Werror,
 #      and its CPU tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh --tests
+bash scripts/install_deps.sh --tests --cudnn
 jobs=$(nproc)
 export PATH="$PATH:/usr/local/cuda/bin"
 

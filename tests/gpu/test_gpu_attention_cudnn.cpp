@@ -148,9 +148,10 @@ TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and back
             std::printf("  %-14s %s: output fused %.3f cudnn %.3f, dqkv fused %.3f cudnn %.3f\n",
                         name_of(s).c_str(), dtype_name(dtype), fo, co, fg, cg);
             // Both round the probabilities (and in the backward dS) once for the tensor-core
-            // products, at other places: about as accurate, not the same bits.
+            // products, at other places, and cuDNN's backward takes sum_k dP_ik P_ik from the
+            // rounded output (sum_d dO_id O_id): about as accurate, not the same bits.
             CHECK(co <= std::max(1.5 * fo, fo + 0.5));
-            CHECK(cg <= std::max(1.5 * fg, fg + 0.5));
+            CHECK(cg <= std::max(2.0 * fg, fg + 1.0));
             CHECK(co <= 3.0);
             CHECK(cg <= 4.0);
         }
@@ -379,7 +380,7 @@ TEST_CASE("a bf16 GPT with cuDNN's attention is as close to float64 as with the 
     for (std::size_t i = 0; i < errors[0].size(); ++i) {
         INFO((i == 0 ? std::string("logits") : names[i - 1].first) << ": fused " << errors[0][i]
                                                                     << " u, cudnn " << errors[1][i] << " u");
-        CHECK(errors[1][i] <= std::max(1.5 * errors[0][i], errors[0][i] + 1.0));
+        CHECK(errors[1][i] <= std::max(2.0 * errors[0][i], errors[0][i] + 2.0));
     }
 }
 
