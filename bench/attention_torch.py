@@ -6,10 +6,11 @@ repetition, the host's launches queued behind a GPU spin before the start event)
 bench_attention's table format, so that both runs of one GPU call can be read side by side.
 
   forward:           out = sdpa(q, k, v) under no_grad (no statistics kept for a backward)
-  forward+backward:  the same with q, k, v requiring grad, then the gradients of out . g
-q, k, v are (B, H, T, D) leaves, as fusegrad's q, k, v are slices of one (3, B, H, T, D) tensor
-whose gradient slices cuDNN writes directly. TF/s counts 4 B H T^2 D per forward (the two (T, T)
-GEMMs at full size) and three times that per forward+backward, as bench_attention does.
+  forward+backward:  the same on a qkv that requires grad, then out.backward(g)
+q, k, v are the three (B, H, T, D) slices of one (3, B, H, T, D) leaf, as in fusegrad's op; its
+gradient is gathered into one tensor (PyTorch stacks dq, dk, dv; fusegrad copies its dqkv into
+the leaf's .grad), one copy of dqkv on each side. TF/s counts 4 B H T^2 D per forward (the two
+(T, T) GEMMs at full size) and three times that per forward+backward, as bench_attention does.
 
 With --fusegrad bench_attention.json (the same GPU call's), each row also gets the ratio of
 fusegrad's "cudnn bf16" time at that case to this one (the project's target: at most 1.2).
@@ -66,17 +67,16 @@ def shape_name(b, h, t, d, p):
 
 
 def bench_case(timer, b, h, t, d, p):
-    def leaf():
-        return torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16).requires_grad_()
-
-    q, k, v = leaf(), leaf(), leaf()
+    qkv = torch.randn(3, b, h, t, d, device="cuda", dtype=torch.bfloat16).requires_grad_()
     g = torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)
 
     def forward():
+        q, k, v = qkv.unbind(0)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
 
     def forward_backward():
-        torch.autograd.grad(forward(), (q, k, v), g)
+        qkv.grad = None
+        forward().backward(g)
 
     with flash_only():
         with torch.no_grad():

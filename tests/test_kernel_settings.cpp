@@ -136,7 +136,7 @@ TEST_CASE("a resume's kernels.norm_reduction reaches the modules, and load_run's
     require_reduction(*load_run(dir, true, Device::cpu).model, NormReduction::grid);
 }
 
-TEST_CASE("kernels.attention reaches every attention layer; cudnn is refused where cuDNN cannot run",
+TEST_CASE("kernels.attention reaches every attention layer, and cudnn is refused where cuDNN cannot run",
           "[kernel_settings]") {
     const std::string dir = "/tmp/fg_kernel_settings_attention";
     std::ostringstream log;
@@ -176,7 +176,7 @@ TEST_CASE("kernels.attention reaches every attention layer; cudnn is refused whe
                         Contains("x.yaml:2:14: error: kernels.attention: must be one of auto, cudnn, fused"));
 }
 
-TEST_CASE("a resume may change kernels.attention; load_run reads a cudnn run on the CPU",
+TEST_CASE("a resume may change kernels.attention, and load_run reads a cudnn run on the CPU",
           "[kernel_settings]") {
     const std::string dir = "/tmp/fg_kernel_settings_attention_resume";
     fs::remove_all(dir);

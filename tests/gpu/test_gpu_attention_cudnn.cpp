@@ -158,7 +158,7 @@ TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and back
     }
 }
 
-TEST_CASE("auto runs cuDNN's attention where it can and the fused kernels elsewhere; cudnn says why not",
+TEST_CASE("auto runs cuDNN's attention where it can and the fused kernels elsewhere, cudnn says why not",
           "[gpu][attention]") {
     if (!cudnn_built()) return;
     auto forward = [](const Tensor& qkv, const AttentionOptions& o) {
