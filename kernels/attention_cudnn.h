@@ -19,7 +19,9 @@
 // recomputes S and P block by block from Q, K and lse, and gets the row sums sum_k dP_ik P_ik
 // from dO and O (hence O is an input of the backward). The mask is regenerated from the same
 // (seed, offset). Scores, softmax statistics and every product's accumulation are fp32; P and dS
-// are rounded to the storage type for the tensor-core products that read them.
+// are rounded to the storage type for the tensor-core products that read them. dQ is summed over
+// the key blocks with fp32 atomic adds, so its last bits may vary from run to run (cuDNN's
+// deterministic backward would stage dP in a (B, H, T, T) workspace on Hopper: not used).
 //
 // The graphs (one per shape, type, dropout probability and direction) are built on first use and
 // cached: building one takes a fraction of a second, running one is a single launch or a few.

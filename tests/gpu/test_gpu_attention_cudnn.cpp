@@ -4,7 +4,7 @@
 // inputs, norm-wise in float64, forward and backward; where each picks (auto); that nothing of
 // (T, T) size is allocated; and dropout, whose mask is cuDNN's own: the fraction dropped, the
 // scale of what is kept and the causal zeros, read off the output with V = identity; the same
-// (seed, offset) giving the same bits and another offset another mask; the output and gradients
+// (seed, offset) giving the same mask (the same output bits) and another offset another mask; the output and gradients
 // against a float64 reference that applies the mask read off cuDNN; the gradient against finite
 // differences of the forward (f16). Then a bf16 GPT and a training run on cuDNN's attention.
 // Errors are printed in units u of the dtype's rounding (2^-8 bf16, 2^-11 f16).
@@ -254,14 +254,19 @@ TEST_CASE("cuDNN's dropout drops a fraction p of the probabilities and scales th
     }
 }
 
-TEST_CASE("cuDNN's dropout: the same seed and offset give the same bits, other ones another mask",
+TEST_CASE("cuDNN's dropout: the same seed and offset give the same mask, other ones another",
           "[gpu][attention]") {
     if (!cudnn_built()) return;
     Tensor qkv = test::random_f32({3, 2, 4, 96, 64}, Device::cuda).to(DType::bf16);
     Tensor w = test::random_f32({2, 4, 96, 64}, Device::cuda).to(DType::bf16);
     Run a = run(qkv, w, 0.2, kCudnn, 21, 8), again = run(qkv, w, 0.2, kCudnn, 21, 8);
     CHECK(same_bits(a.out, again.out));
-    CHECK(same_bits(a.dqkv, again.dqkv));  // the backward is cuDNN's deterministic one
+    // dQ is summed with fp32 atomics (attention_cudnn.h): its last bits may differ, never more
+    // than rounding (another mask moves the gradient by O(1)).
+    const double regrad = error_u(again.dqkv, a.dqkv, DType::bf16);
+    std::printf("cuDNN dropout, the same (seed, offset) twice: dqkv %s (%.3f u apart)\n",
+                same_bits(a.dqkv, again.dqkv) ? "bitwise equal" : "not bitwise equal", regrad);
+    CHECK(regrad <= 0.5);
     auto share_differing = [](const Tensor& x, const Tensor& y) {
         std::vector<double> xs = x.to_vector<double>(), ys = y.to_vector<double>();
         std::int64_t n = 0;
