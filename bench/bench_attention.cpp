@@ -113,7 +113,9 @@ std::vector<Row> bench_cudnn_shape(bench::Timer& timer, const Shape5& s, double 
     Tensor qkv = randn({3, s.b, s.h, s.t, s.d}, Device::cuda).to(DType::bf16);
     Tensor g = randn({s.b, s.h, s.t, s.d}, Device::cuda).to(DType::bf16);
     auto with = [](AttentionBackend backend) {
-        return [backend](const Tensor& x, double q) { return causal_attention(x, q, true, {backend}); };
+        return [backend](const Tensor& x, double q) {
+            return causal_attention(x, q, true, {backend});
+        };
     };
     const Timing fused = time_attention(timer, qkv, g, p, with(AttentionBackend::fused));
     const Timing cudnn = time_attention(timer, qkv, g, p, with(AttentionBackend::cudnn));

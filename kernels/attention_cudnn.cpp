@@ -73,8 +73,8 @@ const CudnnState& cudnn_state() {
         cudnnStatus_t status = cudnnCreate(&s.handle);
         if (status == CUDNN_STATUS_SUCCESS) status = cudnnSetStream(s.handle, stream());
         if (status != CUDNN_STATUS_SUCCESS) {
-            s.error = "cuDNN " + std::to_string(cudnnGetVersion()) + " did not start: " +
-                      cudnn_message(status) +
+            s.error = "cuDNN " + std::to_string(cudnnGetVersion()) +
+                      " did not start: " + cudnn_message(status) +
                       " (is the folder of libcudnn.so.9 and its sub-libraries on LD_LIBRARY_PATH?)";
             s.handle = nullptr;
         }
@@ -121,10 +121,14 @@ struct BuiltGraph {
     std::size_t total = 0;            // what the caller allocates
 };
 
-bool has_dropout(const CudnnAttentionArgs& a) { return a.p > 0.0f; }
+bool has_dropout(const CudnnAttentionArgs& a) {
+    return a.p > 0.0f;
+}
 
 // Q, K, V (or dQ, dK, dV): (B, H, T, D) with the call's strides.
-std::vector<std::int64_t> dims(const CudnnAttentionArgs& a) { return {a.b, a.h, a.t, a.d}; }
+std::vector<std::int64_t> dims(const CudnnAttentionArgs& a) {
+    return {a.b, a.h, a.t, a.d};
+}
 std::vector<std::int64_t> qkv_strides(const CudnnAttentionArgs& a) {
     return {a.stride_b, a.stride_h, a.stride_t, 1};
 }
@@ -144,7 +148,8 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const c
 }
 
 // The log-sum-exp per row: fp32 (B, H, T, 1).
-fe::graph::Tensor_attributes& as_stats(fe::graph::Tensor_attributes& t, const CudnnAttentionArgs& a) {
+fe::graph::Tensor_attributes& as_stats(fe::graph::Tensor_attributes& t,
+                                       const CudnnAttentionArgs& a) {
     return t.set_uid(kStats)
         .set_data_type(fe::DataType_t::FLOAT)
         .set_dim({a.b, a.h, a.t, 1})
@@ -152,7 +157,8 @@ fe::graph::Tensor_attributes& as_stats(fe::graph::Tensor_attributes& t, const Cu
 }
 
 // Dropout's seed and offset: one int64 each, in device memory.
-std::pair<std::shared_ptr<fe::graph::Tensor_attributes>, std::shared_ptr<fe::graph::Tensor_attributes>>
+std::pair<std::shared_ptr<fe::graph::Tensor_attributes>,
+          std::shared_ptr<fe::graph::Tensor_attributes>>
 seed_and_offset(fe::graph::Graph& g) {
     auto scalar = [&](const char* name, Uid uid) {
         return g.tensor(fe::graph::Tensor_attributes()
@@ -226,8 +232,17 @@ const BuiltGraph& graph_for(const CudnnAttentionArgs& a, bool backward) {
         fail("q, k and v must be bf16 or f16");
     if (a.b <= 0 || a.h <= 0 || a.t <= 0 || a.d <= 0) fail("empty shape");
     if (!(a.p >= 0.0f && a.p < 1.0f)) fail("dropout p must be in [0, 1)");
-    const GraphKey key{static_cast<int>(a.type), a.b, a.h, a.t, a.d, a.stride_b, a.stride_h,
-                       a.stride_t, bits(a.scale), bits(a.p), backward || a.stats != nullptr,
+    const GraphKey key{static_cast<int>(a.type),
+                       a.b,
+                       a.h,
+                       a.t,
+                       a.d,
+                       a.stride_b,
+                       a.stride_h,
+                       a.stride_t,
+                       bits(a.scale),
+                       bits(a.p),
+                       backward || a.stats != nullptr,
                        backward};
     static std::map<GraphKey, BuiltGraph> cache;
     auto it = cache.find(key);
@@ -240,7 +255,8 @@ const BuiltGraph& graph_for(const CudnnAttentionArgs& a, bool backward) {
     fe::graph::Graph& g = *built.graph;
     check(g.validate(), ("validate " + what).c_str());
     check(g.build_operation_graph(h), ("build_operation_graph " + what).c_str());
-    check(g.create_execution_plans({fe::HeurMode_t::A}), ("create_execution_plans " + what).c_str());
+    check(g.create_execution_plans({fe::HeurMode_t::A}),
+          ("create_execution_plans " + what).c_str());
     check(g.check_support(), ("check_support " + what).c_str());
     check(g.build_plans(), ("build_plans " + what).c_str());
     std::int64_t ws = 0;
@@ -254,9 +270,11 @@ const BuiltGraph& graph_for(const CudnnAttentionArgs& a, bool backward) {
 // Steps 3 and 4.
 void run(const CudnnAttentionArgs& a, bool backward, std::unordered_map<std::int64_t, void*> pack) {
     const BuiltGraph& built = graph_for(a, backward);
-    if (built.total > 0 && !a.workspace) fail("workspace missing (cudnn_attention_workspace_bytes)");
+    if (built.total > 0 && !a.workspace)
+        fail("workspace missing (cudnn_attention_workspace_bytes)");
     if (has_dropout(a)) {
-        auto* seed = reinterpret_cast<std::int64_t*>(static_cast<char*>(a.workspace) + built.seed_at);
+        auto* seed =
+            reinterpret_cast<std::int64_t*>(static_cast<char*>(a.workspace) + built.seed_at);
         store_dropout_seed(seed, a.seed, a.offset);
         pack[kSeed] = seed;
         pack[kOffset] = seed + 1;
@@ -267,7 +285,9 @@ void run(const CudnnAttentionArgs& a, bool backward, std::unordered_map<std::int
 
 }  // namespace
 
-bool cudnn_attention_built() { return true; }
+bool cudnn_attention_built() {
+    return true;
+}
 
 std::string cudnn_attention_unsupported(ScalarType type, long long head_dim) {
     const CudnnState& s = cudnn_state();
@@ -275,7 +295,8 @@ std::string cudnn_attention_unsupported(ScalarType type, long long head_dim) {
     if (type != ScalarType::bf16 && type != ScalarType::f16)
         return "cuDNN's fused attention takes bf16 or f16 tensors";
     if (head_dim % 8 != 0 || head_dim > 128 || head_dim <= 0)
-        return "cuDNN's fused attention takes head sizes D that are multiples of 8 up to 128, not " +
+        return "cuDNN's fused attention takes head sizes D that are multiples of 8 up to 128, "
+               "not " +
                std::to_string(head_dim);
     return "";
 }

@@ -46,15 +46,15 @@ struct CudnnAttentionArgs {
     ScalarType type = ScalarType::bf16;  // q, k, v, out, dout, dq, dk, dv: bf16 or f16
     long long b = 0, h = 0, t = 0, d = 0;
     long long stride_b = 0, stride_h = 0, stride_t = 0;
-    float scale = 1.0f;  // s
-    float p = 0.0f;      // dropout probability on P, in [0, 1)
+    float scale = 1.0f;                  // s
+    float p = 0.0f;                      // dropout probability on P, in [0, 1)
     std::uint64_t seed = 0, offset = 0;  // the dropout's Philox stream; the backward needs the same
     const void* q = nullptr;
     const void* k = nullptr;
     const void* v = nullptr;
-    void* out = nullptr;       // forward: written; backward: read (the forward's O)
-    float* stats = nullptr;    // (B, H, T) lse. Forward: written, or null when no backward
-                               // follows (inference); backward: read
+    void* out = nullptr;         // forward: written; backward: read (the forward's O)
+    float* stats = nullptr;      // (B, H, T) lse. Forward: written, or null when no backward
+                                 // follows (inference); backward: read
     const void* dout = nullptr;  // backward only
     void* dq = nullptr;
     void* dk = nullptr;

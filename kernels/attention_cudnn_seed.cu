@@ -11,7 +11,8 @@
 namespace fg::kernels {
 
 namespace {
-__global__ void store_dropout_seed_kernel(std::int64_t* dst, std::int64_t seed, std::int64_t offset) {
+__global__ void store_dropout_seed_kernel(std::int64_t* dst, std::int64_t seed,
+                                          std::int64_t offset) {
     dst[0] = seed;
     dst[1] = offset;
 }
@@ -20,7 +21,7 @@ __global__ void store_dropout_seed_kernel(std::int64_t* dst, std::int64_t seed, 
 // dst[0] = seed, dst[1] = offset (their bits as int64), on fusegrad's stream.
 void store_dropout_seed(std::int64_t* dst, std::uint64_t seed, std::uint64_t offset) {
     store_dropout_seed_kernel<<<1, 1, 0, stream()>>>(dst, static_cast<std::int64_t>(seed),
-                                                      static_cast<std::int64_t>(offset));
+                                                     static_cast<std::int64_t>(offset));
     FG_LAUNCH_CHECK();
 }
 

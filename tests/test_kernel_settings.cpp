@@ -136,8 +136,9 @@ TEST_CASE("a resume's kernels.norm_reduction reaches the modules, and load_run's
     require_reduction(*load_run(dir, true, Device::cpu).model, NormReduction::grid);
 }
 
-TEST_CASE("kernels.attention reaches every attention layer, and cudnn is refused where cuDNN cannot run",
-          "[kernel_settings]") {
+TEST_CASE(
+    "kernels.attention reaches every attention layer, and cudnn is refused where cuDNN cannot run",
+    "[kernel_settings]") {
     const std::string dir = "/tmp/fg_kernel_settings_attention";
     std::ostringstream log;
     // A layer built by hand, or a GPT built without a Config: the automatic choice.
@@ -150,7 +151,8 @@ TEST_CASE("kernels.attention reaches every attention layer, and cudnn is refused
              {"fused", AttentionBackend::fused}, {"auto", AttentionBackend::automatic}}) {
         INFO("kernels.attention=" << value);
         fs::remove_all(dir);
-        Trainer t(test::tiny_addition_run(dir, 2, {"model.n_layer=3", "kernels.attention=" + value}), log);
+        Trainer t(test::tiny_addition_run(dir, 2, {"model.n_layer=3", "kernels.attention=" + value}),
+                  log);
         require_attention(t.model(), want);
         CHECK(std::string(attention_backend_name(want)) == value);
     }
@@ -167,13 +169,15 @@ TEST_CASE("kernels.attention reaches every attention layer, and cudnn is refused
     REQUIRE_THROWS_WITH(causal_attention(qkv, 0.0, true, {AttentionBackend::cudnn}),
                         Contains("[causal_attention] the cudnn backend cannot run this call: the "
                                  "tensors are on the CPU"));
-    CHECK(cudnn_attention_unsupported(Device::cpu, DType::bf16, 64).find("on the CPU") != std::string::npos);
+    CHECK(cudnn_attention_unsupported(Device::cpu, DType::bf16, 64).find("on the CPU") !=
+          std::string::npos);
     if (!built_with_cuda())
         CHECK(cudnn_attention_unsupported(Device::cuda, DType::bf16, 64) ==
               "fusegrad was built without CUDA");
     // A bad value is a config error naming the choices.
     REQUIRE_THROWS_WITH(parse_config("kernels:\n  attention: flash\n", "x.yaml"),
-                        Contains("x.yaml:2:14: error: kernels.attention: must be one of auto, cudnn, fused"));
+                        Contains("x.yaml:2:14: error: kernels.attention: must be one of auto, "
+                                 "cudnn, fused"));
 }
 
 TEST_CASE("a resume may change kernels.attention, and load_run reads a cudnn run on the CPU",

@@ -200,7 +200,7 @@ Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a) {
         cuda.cudnn_attention_forward(k);
     }
     Tensor saved = qkv.detach(), saved_out = out.detach();
-    return record(op, {qkv}, out, [saved, saved_out, lse, a](const Tensor& g) -> std::vector<Tensor> {
+    auto backward = [saved, saved_out, lse, a](const Tensor& g) -> std::vector<Tensor> {
         CudaBackend& cuda = cuda_backend("causal_attention");
         const Tensor dout = aligned16(g.raw_data()) ? g : g.clone();
         Tensor dqkv = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
@@ -211,11 +211,13 @@ Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a) {
         k.dq = at(dqkv, 0);
         k.dk = at(dqkv, a.qkv_stride());
         k.dv = at(dqkv, 2 * a.qkv_stride());
-        Tensor workspace = scratch_bytes(saved.device(), cuda.cudnn_attention_workspace_bytes(k, true));
+        Tensor workspace =
+            scratch_bytes(saved.device(), cuda.cudnn_attention_workspace_bytes(k, true));
         k.workspace = workspace.raw_data();
         cuda.cudnn_attention_backward(k);
         return {dqkv};
-    });
+    };
+    return record(op, {qkv}, out, backward);
 }
 
 }  // namespace

@@ -4,10 +4,10 @@
 // inputs, norm-wise in float64, forward and backward; where each picks (auto); that nothing of
 // (T, T) size is allocated; and dropout, whose mask is cuDNN's own: the fraction dropped, the
 // scale of what is kept and the causal zeros, read off the output with V = identity; the same
-// (seed, offset) giving the same mask (the same output bits) and another offset another mask; the output and gradients
-// against a float64 reference that applies the mask read off cuDNN; the gradient against finite
-// differences of the forward (f16). Then a bf16 GPT and a training run on cuDNN's attention.
-// Errors are printed in units u of the dtype's rounding (2^-8 bf16, 2^-11 f16).
+// (seed, offset) giving the same mask (the same output bits) and another offset another mask; the
+// output and gradients against a float64 reference that applies the mask read off cuDNN; the
+// gradient against finite differences of the forward (f16). Then a bf16 GPT and a training run on
+// cuDNN's attention. Errors are printed in units u of the dtype's rounding (2^-8 bf16, 2^-11 f16).
 //
 // A build without cuDNN passes every case at once (nothing to test). A build with cuDNN where it
 // does not work (it does not load, or this GPU cannot run it) fails, saying why.
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_backend.h"
 #include "../low_precision.h"
+#include "core/cuda_backend.h"
 
 using namespace fg;
 using Catch::Matchers::Contains;
@@ -43,7 +43,8 @@ bool cudnn_built() {
     REQUIRE(why.empty());
     static bool printed = false;
     if (!printed) {
-        std::printf("cuDNN attention tests on %s\n", cuda_backend("test").device_info().name.c_str());
+        std::printf("cuDNN attention tests on %s\n",
+                    cuda_backend("test").device_info().name.c_str());
         printed = true;
     }
     return true;
@@ -99,7 +100,8 @@ Tensor identity_v(const Shape4& s) {
 // cuDNN's dropout mask for a call of this shape at (seed, offset): 1 kept, 0 dropped, as an f64
 // (B, H, T, T) tensor on the CPU (future positions 0). Read off the training forward (the graph
 // a backward follows, whose mask the backward regenerates).
-Tensor cudnn_mask(const Shape4& s, DType dtype, double p, std::uint64_t seed, std::uint64_t offset) {
+Tensor cudnn_mask(const Shape4& s, DType dtype, double p, std::uint64_t seed,
+                  std::uint64_t offset) {
     default_generator().set_state(seed, offset);
     Tensor x = identity_v(s).to(dtype).to(Device::cuda).set_requires_grad(true);
     std::vector<double> pd = causal_attention(x, p, true, kCudnn).to_vector<double>();
@@ -127,10 +129,11 @@ Tensor attention_with_mask(const Tensor& qkv, const Tensor& mask, double p) {
 TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and backward",
           "[gpu][attention]") {
     if (!cudnn_built()) return;
-    std::printf("cuDNN vs fused attention, p = 0, error against the fused f32 kernels (units of u):\n");
-    for (const Shape4& s : {Shape4{1, 1, 1, 8}, Shape4{2, 3, 37, 16}, Shape4{1, 2, 100, 64},
-                            Shape4{2, 2, 130, 128}, Shape4{64, 6, 256, 64},
-                            Shape4{4, 12, 1024, 64}}) {
+    std::printf(
+        "cuDNN vs fused attention, p = 0, error against the fused f32 kernels (units of u):\n");
+    for (const Shape4& s :
+         {Shape4{1, 1, 1, 8}, Shape4{2, 3, 37, 16}, Shape4{1, 2, 100, 64}, Shape4{2, 2, 130, 128},
+          Shape4{64, 6, 256, 64}, Shape4{4, 12, 1024, 64}}) {
         for (DType dtype : {DType::bf16, DType::f16}) {
             INFO(name_of(s) << " " << dtype_name(dtype));
             // Inputs and the output's gradient rounded to dtype, so that every path sees the same
@@ -143,8 +146,10 @@ TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and back
             Run cudnn = run(qkv16, w16, 0.0, kCudnn);
             REQUIRE(cudnn.out.dtype() == dtype);
             REQUIRE(cudnn.dqkv.dtype() == dtype);
-            const double fo = error_u(fused.out, ref.out, dtype), co = error_u(cudnn.out, ref.out, dtype);
-            const double fg = error_u(fused.dqkv, ref.dqkv, dtype), cg = error_u(cudnn.dqkv, ref.dqkv, dtype);
+            const double fo = error_u(fused.out, ref.out, dtype),
+                         co = error_u(cudnn.out, ref.out, dtype);
+            const double fg = error_u(fused.dqkv, ref.dqkv, dtype),
+                         cg = error_u(cudnn.dqkv, ref.dqkv, dtype);
             std::printf("  %-14s %s: output fused %.3f cudnn %.3f, dqkv fused %.3f cudnn %.3f\n",
                         name_of(s).c_str(), dtype_name(dtype), fo, co, fg, cg);
             // Both round the probabilities (and in the backward dS) once for the tensor-core
@@ -158,8 +163,9 @@ TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and back
     }
 }
 
-TEST_CASE("auto runs cuDNN's attention where it can and the fused kernels elsewhere, cudnn says why not",
-          "[gpu][attention]") {
+TEST_CASE(
+    "auto runs cuDNN's attention where it can and the fused kernels elsewhere, cudnn says why not",
+    "[gpu][attention]") {
     if (!cudnn_built()) return;
     auto forward = [](const Tensor& qkv, const AttentionOptions& o) {
         NoGradGuard no_grad;
@@ -175,9 +181,10 @@ TEST_CASE("auto runs cuDNN's attention where it can and the fused kernels elsewh
         for (std::int64_t d : {12, 136}) {
             Tensor odd = test::random_f32({3, 1, 2, 16, d}, Device::cuda).to(dtype);
             CHECK(same_bits(forward(odd, kAuto), forward(odd, kFused)));
-            REQUIRE_THROWS_WITH(forward(odd, kCudnn),
-                                Contains("[causal_attention] the cudnn backend cannot run this call") &&
-                                    Contains("multiples of 8 up to 128, not " + std::to_string(d)));
+            REQUIRE_THROWS_WITH(
+                forward(odd, kCudnn),
+                Contains("[causal_attention] the cudnn backend cannot run this call") &&
+                    Contains("multiples of 8 up to 128, not " + std::to_string(d)));
         }
     }
     // f32 runs the fused kernels; cudnn is refused.
@@ -201,13 +208,15 @@ TEST_CASE("cuDNN attention allocates nothing of (T, T) size", "[gpu][attention]"
         const std::size_t before = memory_stats(Device::cuda).bytes_in_use;
         reset_peak_memory(Device::cuda);
         run(qkv, w, p, kCudnn);
-        const double peak = static_cast<double>(memory_stats(Device::cuda).peak_bytes_in_use - before);
+        const double peak =
+            static_cast<double>(memory_stats(Device::cuda).peak_bytes_in_use - before);
         // Forward and backward together hold out, lse, dqkv, the output's gradient copy (none:
         // w is aligned) and cuDNN's workspace; one bf16 (B H, T, T) tensor alone is 96 MiB.
         const double one_tt = static_cast<double>(s.b * s.h * s.t * s.t * 2);
-        std::printf("cuDNN attention %s p = %.1f: forward + backward peak %.1f MiB beyond the "
-                    "inputs (a bf16 (B H, T, T) tensor: %.1f MiB)\n",
-                    name_of(s).c_str(), p, peak / 1048576.0, one_tt / 1048576.0);
+        std::printf(
+            "cuDNN attention %s p = %.1f: forward + backward peak %.1f MiB beyond the "
+            "inputs (a bf16 (B H, T, T) tensor: %.1f MiB)\n",
+            name_of(s).c_str(), p, peak / 1048576.0, one_tt / 1048576.0);
         CHECK(peak < 0.5 * one_tt);
     }
 }
@@ -285,8 +294,9 @@ TEST_CASE("cuDNN's dropout: the same seed and offset give the same mask, other o
     CHECK(same_bits(eval, causal_attention(qkv, 0.0, true, kCudnn)));
 }
 
-TEST_CASE("cuDNN attention with dropout matches float64 with cuDNN's own mask, forward and backward",
-          "[gpu][attention]") {
+TEST_CASE(
+    "cuDNN attention with dropout matches float64 with cuDNN's own mask, forward and backward",
+    "[gpu][attention]") {
     if (!cudnn_built()) return;
     const double p = 0.2;
     for (const Shape4& s : {Shape4{2, 4, 64, 64}, Shape4{1, 3, 100, 128}}) {
@@ -299,9 +309,11 @@ TEST_CASE("cuDNN attention with dropout matches float64 with cuDNN's own mask, f
             Tensor x = qkv16.to(DType::f64).detach().set_requires_grad(true);
             Tensor ref = attention_with_mask(x, mask, p);
             ref.backward(w16.to(DType::f64));
-            const double eo = error_u(cudnn.out, ref, dtype), eg = error_u(cudnn.dqkv, x.grad(), dtype);
-            std::printf("cuDNN dropout %s %s against float64 with its mask: output %.3f u, dqkv %.3f u\n",
-                        name_of(s).c_str(), dtype_name(dtype), eo, eg);
+            const double eo = error_u(cudnn.out, ref, dtype),
+                         eg = error_u(cudnn.dqkv, x.grad(), dtype);
+            std::printf(
+                "cuDNN dropout %s %s against float64 with its mask: output %.3f u, dqkv %.3f u\n",
+                name_of(s).c_str(), dtype_name(dtype), eo, eg);
             CHECK(eo <= 3.0);
             CHECK(eg <= 4.0);
         }
@@ -324,21 +336,25 @@ TEST_CASE("cuDNN attention's gradient agrees with finite differences of its forw
     for (double p : {0.0, 0.2}) {
         INFO("dropout " << p);
         auto loss = [&](const Tensor& at) {
-            NoGradGuard no_grad;
+            // Recording, as run() does: the training graph (the one with lse), whose mask the
+            // backward regenerates.
             default_generator().set_state(9, 4);
-            std::vector<double> out = causal_attention(at.to(Device::cuda), p, true, kCudnn).to_vector<double>();
+            Tensor leaf = at.to(Device::cuda).set_requires_grad(true);
+            std::vector<double> out = causal_attention(leaf, p, true, kCudnn).to_vector<double>();
             std::vector<double> ws = w.to_vector<double>();
             double total = 0.0;
             for (std::size_t i = 0; i < out.size(); ++i) total += ws[i] * out[i];
             return total;
         };
         const double numeric = loss(plus) - loss(minus);
-        std::vector<double> g = run(x16.to(Device::cuda), w.to(Device::cuda), p, kCudnn, 9, 4).dqkv.to_vector<double>();
+        std::vector<double> g =
+            run(x16.to(Device::cuda), w.to(Device::cuda), p, kCudnn, 9, 4).dqkv.to_vector<double>();
         std::vector<double> xp = plus.to_vector<double>(), xm = minus.to_vector<double>();
         double analytic = 0.0;
         for (std::size_t i = 0; i < g.size(); ++i) analytic += g[i] * (xp[i] - xm[i]);
-        std::printf("cuDNN attention f16 p = %.1f: directional derivative %.6f, finite difference %.6f\n",
-                    p, analytic, numeric);
+        std::printf(
+            "cuDNN attention f16 p = %.1f: directional derivative %.6f, finite difference %.6f\n",
+            p, analytic, numeric);
         CHECK(std::fabs(numeric - analytic) <= 0.05 * std::fabs(analytic));
     }
 }
@@ -368,23 +384,25 @@ TEST_CASE("a bf16 GPT with cuDNN's attention is as close to float64 as with the 
     for (GPT* model : {&fused, &cudnn}) {
         Tensor logits = model->forward(ids.to(Device::cuda));
         model->loss(logits, targets.to(Device::cuda)).backward();
-        errors[which].push_back(test::rel_error(logits.to_vector<double>(), ref_logits.to_vector<double>()) / u);
+        errors[which].push_back(
+            test::rel_error(logits.to_vector<double>(), ref_logits.to_vector<double>()) / u);
         auto rp = ref.named_parameters(), mp = model->named_parameters();
         REQUIRE(rp.size() == mp.size());
         for (std::size_t i = 0; i < rp.size(); ++i)
             errors[which].push_back(test::rel_error(mp[i].second->grad().to_vector<double>(),
-                                                    rp[i].second->grad().to_vector<double>()) / u);
+                                                    rp[i].second->grad().to_vector<double>()) /
+                                    u);
         ++which;
     }
     const auto names = ref.named_parameters();
-    std::printf("bf16 GPT against float64, units of u (fused / cudnn): logits %.3f / %.3f, worst "
-                "gradient %.3f / %.3f\n",
-                errors[0][0], errors[1][0],
-                *std::max_element(errors[0].begin() + 1, errors[0].end()),
-                *std::max_element(errors[1].begin() + 1, errors[1].end()));
+    std::printf(
+        "bf16 GPT against float64, units of u (fused / cudnn): logits %.3f / %.3f, worst "
+        "gradient %.3f / %.3f\n",
+        errors[0][0], errors[1][0], *std::max_element(errors[0].begin() + 1, errors[0].end()),
+        *std::max_element(errors[1].begin() + 1, errors[1].end()));
     for (std::size_t i = 0; i < errors[0].size(); ++i) {
-        INFO((i == 0 ? std::string("logits") : names[i - 1].first) << ": fused " << errors[0][i]
-                                                                    << " u, cudnn " << errors[1][i] << " u");
+        INFO((i == 0 ? std::string("logits") : names[i - 1].first)
+             << ": fused " << errors[0][i] << " u, cudnn " << errors[1][i] << " u");
         CHECK(errors[1][i] <= std::max(2.0 * errors[0][i], errors[0][i] + 2.0));
     }
 }
@@ -396,8 +414,9 @@ TEST_CASE("kernels.attention=cudnn trains a bf16 run on CUDA, and refuses an f32
     std::filesystem::remove_all(dir);
     std::ostringstream log;
     {
-        Trainer t(test::tiny_addition_run(dir, 3, {"train.device=cuda", "train.precision=bf16",
-                                                   "model.dropout=0.1", "kernels.attention=cudnn"}),
+        Trainer t(test::tiny_addition_run(dir, 3,
+                                          {"train.device=cuda", "train.precision=bf16",
+                                           "model.dropout=0.1", "kernels.attention=cudnn"}),
                   log);
         t.model().apply([](Module& m) {
             if (auto* attn = dynamic_cast<CausalSelfAttention*>(&m))
@@ -409,7 +428,8 @@ TEST_CASE("kernels.attention=cudnn trains a bf16 run on CUDA, and refuses an f32
     }
     std::filesystem::remove_all(dir);
     REQUIRE_THROWS_WITH(
-        Trainer(test::tiny_addition_run(dir, 1, {"train.device=cuda", "kernels.attention=cudnn"}), log),
+        Trainer(test::tiny_addition_run(dir, 1, {"train.device=cuda", "kernels.attention=cudnn"}),
+                log),
         Contains("[train] kernels.attention is cudnn, but cuDNN's fused attention cannot run this "
                  "model: the tensors are f32"));
     std::filesystem::remove_all(dir);
