@@ -66,7 +66,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Which kernels causal_attention runs (a config's kernels.attention, set on CausalSelfAttention):
 //   automatic  cuDNN's fused flash attention (kernels/attention_cudnn.h) where it can run: CUDA,
 //              bf16 or f16, head size D a multiple of 8 up to 128, a build with cuDNN on an
-//              Ampere or newer GPU; else fused;
+//              Ampere or newer GPU, a call that records a backward (training: a forward-only
+//              call, as in sampling where T grows at every token, would build a cuDNN graph for
+//              each new T); else fused;
 //   cudnn      cuDNN's, and an error saying why where it cannot run;
 //   fused      fusegrad's own kernels (kernels/attention.h) always: the only path for f32 and the
 //              CPU, and the reference the cuDNN path is tested against.

@@ -150,12 +150,20 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 // Whether this call runs cuDNN's kernels: never with the fused backend (or on an empty qkv, which
 // has nothing to compute); with cudnn always, or an error saying why it cannot; with automatic
-// where it can.
+// where it can, for calls that record a backward (training). A forward-only call (evaluation,
+// sampling) keeps the fused kernels under automatic: sampling grows T by one token at a time, and
+// cuDNN would build (and compile) a graph for every new T. Besides the type and head size
+// (cudnn_attention_unsupported), a call needs 16-byte aligned data, and one that records a
+// backward T >= 2 (cuDNN's backward refuses T = 1).
 bool use_cudnn(const Tensor& qkv, AttentionBackend backend) {
     if (backend == AttentionBackend::fused || qkv.numel() == 0) return false;
+    const bool backward = needs_grad({qkv});
+    if (backend == AttentionBackend::automatic && !backward) return false;
     std::string why = cudnn_attention_unsupported(qkv.device(), qkv.dtype(), qkv.size(4));
     if (why.empty() && !aligned16(qkv.raw_data()))
         why = "qkv's data is not 16-byte aligned (a view at an odd offset)";
+    if (why.empty() && qkv.size(3) == 1 && backward)
+        why = "cuDNN's backward takes sequences of T >= 2, not 1";
     FG_CHECK(why.empty() || backend != AttentionBackend::cudnn, "causal_attention",
              "the cudnn backend cannot run this call: ", why);
     return why.empty();

@@ -132,7 +132,7 @@ TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and back
     std::printf(
         "cuDNN vs fused attention, p = 0, error against the fused f32 kernels (units of u):\n");
     for (const Shape4& s :
-         {Shape4{1, 1, 1, 8}, Shape4{2, 3, 37, 16}, Shape4{1, 2, 100, 64}, Shape4{2, 2, 130, 128},
+         {Shape4{1, 1, 2, 8}, Shape4{2, 3, 37, 16}, Shape4{1, 2, 100, 64}, Shape4{2, 2, 130, 128},
           Shape4{64, 6, 256, 64}, Shape4{4, 12, 1024, 64}}) {
         for (DType dtype : {DType::bf16, DType::f16}) {
             INFO(name_of(s) << " " << dtype_name(dtype));
@@ -163,11 +163,14 @@ TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and back
     }
 }
 
-TEST_CASE(
-    "auto runs cuDNN's attention where it can and the fused kernels elsewhere, cudnn says why not",
-    "[gpu][attention]") {
+TEST_CASE("auto runs cuDNN's attention where it can when training, the fused kernels elsewhere",
+          "[gpu][attention]") {
     if (!cudnn_built()) return;
-    auto forward = [](const Tensor& qkv, const AttentionOptions& o) {
+    // The output of a call that records a backward (training), and of one that does not.
+    auto recording = [](const Tensor& qkv, const AttentionOptions& o) {
+        return causal_attention(qkv.detach().set_requires_grad(true), 0.0, true, o).detach();
+    };
+    auto forward_only = [](const Tensor& qkv, const AttentionOptions& o) {
         NoGradGuard no_grad;
         return causal_attention(qkv, 0.0, true, o);
     };
@@ -175,21 +178,32 @@ TEST_CASE(
     for (DType dtype : {DType::bf16, DType::f16}) {
         INFO(dtype_name(dtype));
         Tensor x16 = x.to(dtype);
-        CHECK(same_bits(forward(x16, kAuto), forward(x16, kCudnn)));
-        CHECK_FALSE(same_bits(forward(x16, kAuto), forward(x16, kFused)));
+        CHECK(same_bits(recording(x16, kAuto), recording(x16, kCudnn)));
+        CHECK_FALSE(same_bits(recording(x16, kAuto), recording(x16, kFused)));
+        // Forward only (evaluation, sampling, whose T grows at every token): the fused kernels,
+        // unless cudnn is asked for.
+        CHECK(same_bits(forward_only(x16, kAuto), forward_only(x16, kFused)));
+        CHECK(forward_only(x16, kCudnn).dtype() == dtype);
         // Head sizes cuDNN does not take: 12 (not a multiple of 8) and 136 (above 128).
         for (std::int64_t d : {12, 136}) {
             Tensor odd = test::random_f32({3, 1, 2, 16, d}, Device::cuda).to(dtype);
-            CHECK(same_bits(forward(odd, kAuto), forward(odd, kFused)));
+            CHECK(same_bits(recording(odd, kAuto), recording(odd, kFused)));
             REQUIRE_THROWS_WITH(
-                forward(odd, kCudnn),
+                recording(odd, kCudnn),
                 Contains("[causal_attention] the cudnn backend cannot run this call") &&
                     Contains("multiples of 8 up to 128, not " + std::to_string(d)));
         }
     }
     // f32 runs the fused kernels; cudnn is refused.
-    CHECK(same_bits(forward(x, kAuto), forward(x, kFused)));
-    REQUIRE_THROWS_WITH(forward(x, kCudnn), Contains("the tensors are f32"));
+    CHECK(same_bits(recording(x, kAuto), recording(x, kFused)));
+    REQUIRE_THROWS_WITH(recording(x, kCudnn), Contains("the tensors are f32"));
+    // T = 1: cuDNN's forward runs it, its backward does not: when recording, auto runs the fused
+    // kernels and cudnn says why.
+    Tensor one = test::random_f32({3, 2, 3, 1, 32}, Device::cuda).to(DType::bf16);
+    CHECK(forward_only(one, kCudnn).numel() == 2 * 3 * 32);
+    CHECK(same_bits(recording(one, kAuto), recording(one, kFused)));
+    REQUIRE_THROWS_WITH(recording(one, kCudnn),
+                        Contains("cuDNN's backward takes sequences of T >= 2, not 1"));
     // The generator moves by as much on both paths: what is drawn after does not depend on it.
     for (const AttentionOptions& o : {kCudnn, kFused}) {
         default_generator().set_state(5, 0);
