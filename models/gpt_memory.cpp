@@ -75,7 +75,6 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
 
     TrainingMemory m;
     m.parameters = all_params(f32);
-    m.gradients = all_params(f32);
     m.optimizer_state = optimizer_floats_per_param * all_params(f32);
     // Linear multiplies by cast(weight, x.dtype()): in 16-bit each block's weights and biases
     // and the tied head's copy of wte are kept by their matmuls until the backward.
@@ -97,13 +96,22 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     // log-sum-exp; the i32 inputs and targets.
     const double logits = tensors(1, N * V, s);
     const double head = 2 * channels + norm_stats + logits + tensors(1, N, f32) + tensors(2, N, i32);
-    m.activations = L * block + head;
+    const double saved = L * block + head;
 
-    // The backward frees what each op saved once that op has run, and holds a few gradients and
-    // scratch buffers of its own: the step's peak is the largest of these moments, counted as
-    // the bytes beyond the saved activations (never below zero):
-    // - the loss's backward: nothing (the logits' gradient overwrites the logits);
-    // - the head's: the input's gradient and in 16-bit the gradient of the 16-bit copy of wte;
+    // The f32 gradients, which zero_grad frees: the backward makes them layer by layer, from
+    // the head down. Those of wte (the head) and ln_f come first, then the last block's MLP
+    // (c_fc, mlp.c_proj), then its ln_2 and attn.c_proj.
+    const double norm_grads = tensors(norm_tensors, C, f32);
+    const double head_grads = tensors(1, V * C, f32) + norm_grads;
+    const double mlp_grads = tensors(2, 4 * C * C, f32) +
+                             (g.bias ? tensors(1, 4 * C, f32) + tensors(1, C, f32) : 0.0);
+    const double attn_proj_grads = tensors(1, C * C, f32) + (g.bias ? tensors(1, C, f32) : 0.0);
+
+    // The step's peak is the largest of these moments, each (activations still saved, gradients
+    // made so far, buffers of the op running):
+    // - the head's backward: everything saved; wte's and ln_f's gradients; the head input's
+    //   gradient and in 16-bit the gradient of the 16-bit copy of wte (the logits' gradient
+    //   overwrites the logits);
     // - the last MLP's: the head's saved tensors are gone; the output's gradient (C) and the
     //   gradients of mlp.c_proj's input and of GELU's input (4C each), while mlp.c_proj's saved
     //   input (4C) has been freed;
@@ -111,17 +119,30 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     //   stream's and the output's gradients (C each), dqkv (3C) and per head the scores S (f32),
     //   the probabilities Pd and in 16-bit dPd (f32), each (B H, T, T). cuDNN's attention has no
     //   (T, T) buffer; its workspace is taken to be what FlashAttention's backward needs: an
-    //   fp32 accumulator of dQ (C) and one fp32 value per row and head.
+    //   fp32 accumulator of dQ (C) and one fp32 value per row and head;
+    // - the optimizer's step: every gradient, no activation.
     const double scores = B * H * T * T;
     const double attention_scratch =
         cudnn_attention ? tensors(1, N * C, f32) + tensors(1, N * H, f32)
                         : tensors(1, scores, f32) + tensors(1, scores, s) +
                               (half ? tensors(1, scores, f32) : 0.0);
-    const double head_backward = channels + (half ? tensors(1, V * C, s) : 0.0);
-    const double mlp_backward = -head + channels + 2 * wide - wide;  // net: one 4C tensor
-    const double attention_backward = -head - block_after_attention + 2 * channels +
-                                      tensors(1, 3 * N * C, s) + attention_scratch;
-    m.workspace = std::max({0.0, head_backward, mlp_backward, attention_backward});
+    struct Moment {
+        double activations, gradients, workspace;
+        double total() const { return activations + gradients + workspace; }
+    };
+    const Moment moments[] = {
+        {saved, head_grads, channels + (half ? tensors(1, V * C, s) : 0.0)},
+        {saved - head, head_grads + mlp_grads, channels + wide},
+        {saved - head - block_after_attention, head_grads + mlp_grads + norm_grads + attn_proj_grads,
+         2 * channels + tensors(1, 3 * N * C, s) + attention_scratch},
+        {0.0, all_params(f32), 0.0},
+    };
+    const Moment* peak = &moments[0];
+    for (const Moment& moment : moments)
+        if (moment.total() > peak->total()) peak = &moment;
+    m.activations = peak->activations;
+    m.gradients = peak->gradients;
+    m.workspace = peak->workspace;
     return m;
 }
 

@@ -3,10 +3,11 @@
 // number instead of ending in an out-of-memory error halfway through building the model.
 //
 // The estimate follows what the ops keep alive (see gpt_memory.cpp for the term-by-term count):
-// the f32 parameters, their f32 gradients and the optimizer's state; in mixed precision the
-// 16-bit copies of the weights that the forward keeps for the backward; the activations the
-// autograd graph saves for the backward; and the largest short-lived buffer of the step (the
-// fused attention's per-head (T, T) scores, or the logits' gradient). Each tensor is rounded up to the
+// the f32 parameters and the optimizer's state; in mixed precision the 16-bit copies of the
+// weights that the forward keeps for the backward; and, at the step's busiest moment (the
+// head's, the last MLP's or the last attention's backward, or the optimizer's step), the
+// activations still saved, the gradients made so far and the op's own buffers (the fused
+// attention's per-head (T, T) scores, say). Each tensor is rounded up to the
 // caching allocator's granule, as the allocator does. tests/test_gpt.cpp (CPU, f32) and
 // tests/gpu/test_gpu_train.cpp (CUDA, f32 and bf16) compare it with the allocator's measured
 // peak. The CPU's 16-bit path is not covered: there each op widens its inputs to f32 copies
@@ -22,11 +23,12 @@ namespace fg {
 
 struct TrainingMemory {
     double parameters = 0;       // f32 weights
-    double gradients = 0;        // f32, one per weight
     double optimizer_state = 0;  // AdamW's two moments, SGD's momentum buffer
     double weight_copies = 0;    // 16-bit copies of the weights the forward saves (bf16/f16)
-    double activations = 0;      // what the forward saves for the backward, logits included
-    double workspace = 0;        // the largest buffers that live inside one op's backward
+    // At the busiest moment of the step:
+    double activations = 0;  // saved by the forward and not yet used by the backward
+    double gradients = 0;    // f32 gradients made so far (zero_grad frees them each step)
+    double workspace = 0;    // buffers of the op running then
     double total() const {
         return parameters + gradients + optimizer_state + weight_copies + activations + workspace;
     }
