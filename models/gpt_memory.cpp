@@ -109,9 +109,10 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
 
     // The step's peak is the largest of these moments, each (activations still saved, gradients
     // made so far, buffers of the op running):
-    // - the head's backward: everything saved; wte's and ln_f's gradients; the head input's
-    //   gradient and in 16-bit the gradient of the 16-bit copy of wte (the logits' gradient
-    //   overwrites the logits);
+    // - the head's backward: everything saved (the logits' gradient overwrites the logits); the
+    //   head input's gradient; ln_f's gradient and wte's: in f32 the matmul makes wte's gradient
+    //   itself, in 16-bit it makes the gradient of wte's 16-bit copy, which becomes wte's f32
+    //   gradient only once the logits are freed (a moment of its own);
     // - the last MLP's: the head's saved tensors are gone; the output's gradient (C) and the
     //   gradients of mlp.c_proj's input and of GELU's input (4C each), while mlp.c_proj's saved
     //   input (4C) has been freed;
@@ -131,7 +132,8 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
         double total() const { return activations + gradients + workspace; }
     };
     const Moment moments[] = {
-        {saved, head_grads, channels + (half ? tensors(1, V * C, s) : 0.0)},
+        {saved, half ? norm_grads : head_grads, channels + (half ? tensors(1, V * C, s) : 0.0)},
+        {saved - logits, head_grads, channels},
         {saved - head, head_grads + mlp_grads, channels + wide},
         {saved - head - block_after_attention, head_grads + mlp_grads + norm_grads + attn_proj_grads,
          2 * channels + tensors(1, 3 * N * C, s) + attention_scratch},
