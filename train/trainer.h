@@ -3,7 +3,8 @@
 // The run directory holds: config.yaml (the resolved config), vocab.txt (the vocabulary: one
 // character per id, as bytes, or for token data one line such as "tokens: gpt2 50257"), the
 // checkpoint (checkpoints/step_N/ with model.safetensors and train_state.safetensors -
-// optimizer moments, step, generator offsets, best loss - committed by checkpoint.json, train/checkpoint.h), model.safetensors (the latest weights, nanoGPT's names),
+// optimizer moments, step, generator offsets, best loss - committed by checkpoint.json,
+// train/checkpoint.h), model.safetensors (the latest weights, nanoGPT's names),
 // best.safetensors (the weights of the best validation loss so far), metrics.jsonl (one JSON
 // object a line, keys in this order: per step step, loss, lr, grad_norm, ms, tokens_per_s, then
 // mfu (on a GPU of known peak) and peak_mem_mib (on a GPU); per evaluation step, train_loss,
