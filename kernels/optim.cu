@@ -31,8 +31,8 @@ __global__ void sum_squares_kernel(GradList list, float* partials) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (int t = 0; t < list.count; ++t) {
         const float* g = list.g[t];
-        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < list.n[t]; i += stride)
-            acc += g[i] * g[i];
+        const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+        for (long long i = first; i < list.n[t]; i += stride) acc += g[i] * g[i];
     }
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
@@ -57,7 +57,8 @@ __global__ void finish_norm_kernel(const float* partials, int count, float max_n
     }
 }
 
-__global__ void adamw_kernel(AdamWList list, AdamWStep decayed, AdamWStep plain, const float* coef) {
+__global__ void adamw_kernel(AdamWList list, AdamWStep decayed, AdamWStep plain,
+                             const float* coef) {
     const float scale = coef ? *coef : 1.0f;
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (int t = 0; t < list.count; ++t) {

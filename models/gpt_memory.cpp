@@ -95,7 +95,8 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     // After the blocks: ln_f's input and output, the logits the loss keeps and its per-row
     // log-sum-exp; the i32 inputs and targets.
     const double logits = tensors(1, N * V, s);
-    const double head = 2 * channels + norm_stats + logits + tensors(1, N, f32) + tensors(2, N, i32);
+    const double head =
+        2 * channels + norm_stats + logits + tensors(1, N, f32) + tensors(2, N, i32);
     const double saved = L * block + head;
 
     // The f32 gradients, which zero_grad frees: the backward makes them layer by layer, from
@@ -135,7 +136,8 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
         {saved, half ? norm_grads : head_grads, channels + (half ? tensors(1, V * C, s) : 0.0)},
         {saved - logits, head_grads, channels},
         {saved - head, head_grads + mlp_grads, channels + wide},
-        {saved - head - block_after_attention, head_grads + mlp_grads + norm_grads + attn_proj_grads,
+        {saved - head - block_after_attention,
+         head_grads + mlp_grads + norm_grads + attn_proj_grads,
          2 * channels + tensors(1, 3 * N * C, s) + attention_scratch},
         {0.0, all_params(f32), 0.0},
     };

@@ -352,8 +352,8 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
         // Staged blocks are held back by shared memory first: an upper bound that ignores static
         // and reserved shared memory, so never below what the launch's occupancy query finds.
         if (plan.smem > 0)
-            per_sm = std::min<long long>(per_sm,
-                                         std::max<long long>(1, d.smem_per_sm / (long long)plan.smem));
+            per_sm = std::min<long long>(
+                per_sm, std::max<long long>(1, d.smem_per_sm / (long long)plan.smem));
         plan.blocks = std::min<long long>(groups, per_sm * d.sm_count / plan.staged.split);
         plan.partial_rows = (int)std::max(1LL, plan.blocks);
     }
