@@ -19,37 +19,14 @@ Usage: python3 bench/attention_torch.py [--json PATH] [--fusegrad BENCH_ATTENTIO
 """
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 
-HOST_LEAD_CYCLES = 2_000_000  # GPU clock cycles: about 1 ms at 2 GHz
+from torch_timer import Timer  # bench/torch_timer.py (python3 puts bench/ on the path)
+
 SHAPES = [(64, 6, 256, 64), (16, 12, 1024, 64)]  # the baby GPT's, GPT-2 small's (B, H, T, D)
 DROPOUT = [0.0, 0.2]
-
-
-class Timer:
-    def __init__(self):
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-
-    def median_ms(self, fn, reps=30, warmup=3):
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(reps):
-            self.flush.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            # The GPU spins while the host queues fn's launches: the events time the GPU's work.
-            torch.cuda._sleep(HOST_LEAD_CYCLES)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return statistics.median(times)
 
 
 def flash_only():

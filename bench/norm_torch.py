@@ -12,38 +12,14 @@ Usage: python3 bench/norm_torch.py [--json PATH] [--quick] [--no-compile]
 """
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 
-HOST_LEAD_CYCLES = 2_000_000  # GPU clock cycles: about 1 ms at 2 GHz
+from torch_timer import Timer  # bench/torch_timer.py (python3 puts bench/ on the path)
+
 SHAPES = [(16384, 384), (32768, 1024), (8192, 4096), (4096, 8192), (2048, 16384), (1024, 32768)]
 QUICK = [(16384, 384), (4096, 8192)]
-
-
-class Timer:
-    def __init__(self):
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-
-    def median_ms(self, fn, reps=30, warmup=3):
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(reps):
-            self.flush.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            # The GPU spins (about 1 ms) while the host queues fn's launches: the event pair
-            # times the GPU's work, not Python's and torch.compile's cost of launching it.
-            torch.cuda._sleep(HOST_LEAD_CYCLES)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return statistics.median(times)
 
 
 def norm_fn(kind, n):

@@ -134,6 +134,16 @@ TEST_CASE("the norm and clip factor, applied by the step, equal clipping the gra
     }
 }
 
+TEST_CASE("a gradient scale that is not one value on the parameters' device is refused",
+          "[optim][errors]") {
+    Tensor p = Tensor::zeros({3}, DType::f32).set_requires_grad(true);
+    p.set_grad(Tensor::ones({3}, DType::f32));
+    AdamW adamw({{"p", &p}}, AdamWOptions{});
+    REQUIRE_THROWS_WITH(adamw.step(1e-3, Tensor::ones({2}, DType::f32)),
+                        Contains("[adamw] the gradient scale must be one value on cpu, got (2) on cpu"));
+    CHECK(p.to_vector<float>() == std::vector<float>{0, 0, 0});  // nothing updated
+}
+
 TEST_CASE("warmup then cosine decay, as nanoGPT", "[optim]") {
     REQUIRE(cosine_lr(0, 1e-3, 1e-4, 100, 5000) == Approx(1e-3 / 101));
     REQUIRE(cosine_lr(99, 1e-3, 1e-4, 100, 5000) == Approx(1e-3 * 100 / 101));

@@ -71,6 +71,14 @@ AdamW::AdamW(std::vector<NamedParam> params, const AdamWOptions& options)
 
 void AdamW::step(double lr, const Tensor& grad_scale) {
     NoGradGuard no_grad;
+    if (grad_scale.defined() && !params_.empty()) {  // checked before anything is updated
+        const Device device = params_[0].param->device();
+        FG_CHECK(grad_scale.numel() == 1 && grad_scale.device() == device &&
+                     (device != Device::cuda || grad_scale.dtype() == DType::f32),
+                 "adamw", "the gradient scale must be one value on ", device_name(device),
+                 (device == Device::cuda ? " (f32)" : ""), ", got ",
+                 shape_str(grad_scale.shape()), " on ", device_name(grad_scale.device()));
+    }
     ++steps_;
     const kernels::AdamWStep decayed = adamw_factors(lr, opt_, true, steps_);
     const kernels::AdamWStep plain = adamw_factors(lr, opt_, false, steps_);
@@ -83,12 +91,6 @@ void AdamW::step(double lr, const Tensor& grad_scale) {
         if (!g.defined()) continue;
         FG_CHECK(g.shape() == p.shape() && g.device() == p.device() && g.dtype() == p.dtype(),
                  "adamw", "gradient of '", params_[i].name, "' does not match its parameter");
-        FG_CHECK(!grad_scale.defined() ||
-                     (grad_scale.numel() == 1 && grad_scale.device() == p.device() &&
-                      (!p.is_cuda() || grad_scale.dtype() == DType::f32)),
-                 "adamw", "the gradient scale must be one value on ", device_name(p.device()),
-                 (p.is_cuda() ? " (f32)" : ""), ", got ", shape_str(grad_scale.shape()), " on ",
-                 device_name(grad_scale.device()));
         if (p.is_cuda()) {
             on_cuda.push_back({p.data<float>(), g.data<float>(), m_[i].data<float>(),
                                v_[i].data<float>(), p.numel(), static_cast<bool>(decay_[i])});
@@ -176,7 +178,12 @@ GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm) {
             cuda_sizes.push_back(g.numel());
             on_cuda = true;
         } else {
-            for (double v : g.to_vector<double>()) total += v * v;
+            auto add_squares = [&](const auto* x, std::int64_t n) {
+                for (std::int64_t i = 0; i < n; ++i) total += double(x[i]) * double(x[i]);
+            };
+            if (g.dtype() == DType::f32) add_squares(g.data<float>(), g.numel());
+            else if (g.dtype() == DType::f64) add_squares(g.data<double>(), g.numel());
+            else for (double v : g.to_vector<double>()) total += v * v;  // 16-bit: widened
             on_cpu = true;
         }
     }

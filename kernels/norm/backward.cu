@@ -589,20 +589,6 @@ bool staging_supported() {
     return ok;
 }
 
-// The device as the plans see it (plan.h), with this file's staging support.
-NormDevice backward_device() {
-    const DeviceInfo& d = device_info();
-    NormDevice n;
-    n.sm_count = d.sm_count;
-    n.l2_bytes = d.l2_bytes;
-    n.max_threads_per_sm = d.max_threads_per_sm;
-    n.smem_per_block_optin = d.smem_per_block_optin;
-    n.smem_per_sm = d.smem_per_sm;
-    n.cooperative_launch = d.cooperative_launch;
-    n.staging = staging_supported();
-    return n;
-}
-
 // The plan of one backward call: what the call is (pointers' alignment included), planned for
 // this device under the call's tuning.
 BackwardPlan plan_for(const NormBackwardArgs& a) {
@@ -623,7 +609,7 @@ BackwardPlan plan_for(const NormBackwardArgs& a) {
     for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx})
         call.vector_ok = call.vector_ok && aligned_to(ptr, 16);
     call.vector_ok = call.vector_ok && aligned_to(a.weight, wb * vec);
-    static const NormDevice device = backward_device();
+    static const NormDevice device = norm_device(staging_supported());
     return plan_backward(call, device, a.tuning ? *a.tuning : NormTuning{});
 }
 

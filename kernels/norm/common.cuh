@@ -441,6 +441,21 @@ inline bool staging_built_for(const void* kernel) {
     return attr.binaryVersion >= 90;
 }
 
+// The device as the plans see it (plan.h); `staging`: staging_built_for one of the caller's
+// kernels.
+inline NormDevice norm_device(bool staging) {
+    const DeviceInfo& d = device_info();
+    NormDevice n;
+    n.sm_count = d.sm_count;
+    n.l2_bytes = d.l2_bytes;
+    n.max_threads_per_sm = d.max_threads_per_sm;
+    n.smem_per_block_optin = d.smem_per_block_optin;
+    n.smem_per_sm = d.smem_per_sm;
+    n.cooperative_launch = d.cooperative_launch;
+    n.staging = staging;
+    return n;
+}
+
 // Lets `kernel` use `bytes` of dynamic shared memory (more than 48 KiB with its static shared
 // memory needs an opt-in); asked once for each larger size.
 template <auto kernel>

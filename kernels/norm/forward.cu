@@ -575,20 +575,6 @@ void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan,
     FG_LAUNCH_CHECK();
 }
 
-// The device as the plans see it (plan.h), with this file's staging support.
-NormDevice forward_device() {
-    const DeviceInfo& d = device_info();
-    NormDevice n;
-    n.sm_count = d.sm_count;
-    n.l2_bytes = d.l2_bytes;
-    n.max_threads_per_sm = d.max_threads_per_sm;
-    n.smem_per_block_optin = d.smem_per_block_optin;
-    n.smem_per_sm = d.smem_per_sm;
-    n.cooperative_launch = d.cooperative_launch;
-    n.staging = staging_supported();
-    return n;
-}
-
 template <typename T, typename W>
 void forward_typed(const NormForwardArgs& a) {
     const NormTuning tuning = a.tuning ? *a.tuning : NormTuning{};
@@ -608,7 +594,7 @@ void forward_typed(const NormForwardArgs& a) {
         call.vector_ok = call.vector_ok && aligned_to(ptr, 16);
     for (const void* ptr : {a.weight, a.bias})
         call.vector_ok = call.vector_ok && aligned_to(ptr, sizeof(W) * kVec);
-    static const NormDevice device = forward_device();
+    static const NormDevice device = norm_device(staging_supported());
     const ForwardPlan plan = plan_forward(call, device, tuning);
 
     ForwardParams<T, W> p{a.rows, a.cols, a.eps, 1.0f / (float)a.cols, a.zero_centered,

@@ -103,6 +103,22 @@ TEST_CASE("multi-tensor AdamW with a clip factor, and the gradient norm, on CUDA
     }
 }
 
+TEST_CASE("the gradient norm refuses 16-bit CUDA gradients and gradients on two devices",
+          "[gpu][train][errors]") {
+    REQUIRE(cuda_is_available());
+    Tensor half = Tensor::zeros({4}, DType::bf16, Device::cuda).set_requires_grad(true);
+    half.set_grad(Tensor::ones({4}, DType::bf16, Device::cuda));
+    REQUIRE_THROWS_WITH(grad_norm({&half}, 1.0),
+                        Catch::Matchers::Contains("[grad_norm] CUDA gradients must be f32, got bf16"));
+    Tensor on_gpu = Tensor::zeros({4}, DType::f32, Device::cuda).set_requires_grad(true);
+    Tensor on_cpu = Tensor::zeros({4}, DType::f32).set_requires_grad(true);
+    on_gpu.set_grad(Tensor::ones({4}, DType::f32, Device::cuda));
+    on_cpu.set_grad(Tensor::ones({4}, DType::f32));
+    REQUIRE_THROWS_WITH(grad_norm({&on_gpu, &on_cpu}, 1.0),
+                        Catch::Matchers::Contains(
+                            "[grad_norm] the gradients are on both the CPU and CUDA"));
+}
+
 TEST_CASE("the GPT on CUDA matches the float64 CPU model", "[gpu][train]") {
     REQUIRE(cuda_is_available());
     for (bool rms : {false, true}) {
