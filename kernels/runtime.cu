@@ -78,7 +78,25 @@ int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem) {
     return at->second;
 }
 
+namespace {
+// The StreamOverride in force on this thread, if any (a flag: the null stream is a valid override).
+thread_local bool t_override_active = false;
+thread_local cudaStream_t t_override = nullptr;
+}  // namespace
+
+StreamOverride::StreamOverride(cudaStream_t s)
+    : previous_(t_override), previous_active_(t_override_active) {
+    t_override = s;
+    t_override_active = true;
+}
+
+StreamOverride::~StreamOverride() {
+    t_override = previous_;
+    t_override_active = previous_active_;
+}
+
 cudaStream_t stream() {
+    if (t_override_active) return t_override;
     static cudaStream_t s = [] {
         cudaStream_t created = nullptr;
         FG_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));

@@ -59,8 +59,24 @@ int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem);
 
 // The stream every fusegrad kernel, copy and cuBLAS call is queued on. One stream means the
 // caching allocator can reuse a freed block at once: later work is ordered after earlier work.
+// While a StreamOverride lives, stream() returns its stream instead, on that thread only.
 cudaStream_t stream();
 void synchronize();
+
+// Makes stream() return `s` on this thread until destroyed (overrides nest): how the norm
+// kernels' C ABI (capi/fusegrad_norm.h) launches on its caller's stream, PyTorch's current
+// stream, rather than on fusegrad's own. `s` may be the null (default) stream.
+class StreamOverride {
+public:
+    explicit StreamOverride(cudaStream_t s);
+    ~StreamOverride();
+    StreamOverride(const StreamOverride&) = delete;
+    StreamOverride& operator=(const StreamOverride&) = delete;
+
+private:
+    cudaStream_t previous_;
+    bool previous_active_;
+};
 
 void* device_malloc(std::size_t bytes);  // nullptr when the device is out of memory
 void device_free(void* ptr);
