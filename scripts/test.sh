@@ -3,7 +3,9 @@
 # where nvcc and cuDNN are installed, so that the CUDA build has cuDNN's attention), then
 #   1. the CUDA configuration (when nvcc exists; compile and link only without a GPU), -Werror,
 #      and its CPU tests (ctest -LE gpu); on a machine with a GPU, also the gpu tests;
-#   2. a CPU-only configuration under AddressSanitizer + UndefinedBehaviorSanitizer, -Werror,
+#   2. the PyTorch package's pytest suite (scripts/test_python.sh: PyTorch from pip into
+#      build/pyenv), over the CUDA build's libfusegrad_norm.so;
+#   3. a CPU-only configuration under AddressSanitizer + UndefinedBehaviorSanitizer, -Werror,
 #      and its CPU tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,9 @@ if command -v nvcc >/dev/null; then
 else
     echo "== no nvcc: skipping the CUDA build"
 fi
+
+echo "== the PyTorch package (tests/python; loads build/cuda's libfusegrad_norm.so)"
+bash scripts/test_python.sh build/cuda
 
 echo "== CPU-only build under ASan + UBSan (build/cpu-asan)"
 cmake -S . -B build/cpu-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFG_CUDA=OFF \

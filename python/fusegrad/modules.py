@@ -1,0 +1,130 @@
+"""python/fusegrad/modules.py: fusegrad.RMSNorm and fusegrad.LayerNorm, drop-in torch.nn.Module
+replacements for torch.nn.RMSNorm and torch.nn.LayerNorm (the same argument names, defaults,
+parameter names and state_dict keys), and replace_norms, which swaps them into a built model.
+
+Beyond PyTorch's modules: forward(input, residual) fuses the residual add (returns (y, h));
+zero_centered=True keeps the scale as 1 + weight (weight initialised to zeros); RMSNorm takes a
+bias; reduction picks how dw / db are summed in the backward ('auto', 'locked', 'grid').
+"""
+import numbers
+
+import torch
+from torch import nn
+
+from . import _ops
+from .functional import layer_norm, rms_norm
+
+
+def _as_shape(normalized_shape):
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(int(s) for s in normalized_shape)
+
+
+class _Norm(nn.Module):
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine", "zero_centered", "reduction"]
+
+    def __init__(self, kind, normalized_shape, eps, elementwise_affine, bias, device, dtype,
+                 zero_centered, reduction):
+        super().__init__()
+        name = type(self).__name__
+        self.normalized_shape = _as_shape(normalized_shape)
+        if not self.normalized_shape or min(self.normalized_shape) < 1:
+            raise ValueError("fusegrad.%s: normalized_shape must be positive, got %r"
+                             % (name, normalized_shape))
+        if reduction not in _ops.REDUCTIONS:
+            raise ValueError("fusegrad.%s: reduction must be one of %s, got %r"
+                             % (name, ", ".join(map(repr, _ops.REDUCTIONS)), reduction))
+        if zero_centered and not elementwise_affine:
+            raise ValueError("fusegrad.%s: zero_centered=True needs elementwise_affine=True "
+                             "(it describes the weight)" % name)
+        self._kind = kind
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.zero_centered = zero_centered
+        self.reduction = reduction
+        factory = {"device": device, "dtype": dtype}
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory))
+            if bias:
+                self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            (nn.init.zeros_ if self.zero_centered else nn.init.ones_)(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, input, residual=None):
+        fn = rms_norm if self._kind == _ops.RMS else layer_norm
+        return fn(input, self.weight, self.bias, self.eps, residual, self.zero_centered,
+                  normalized_shape=self.normalized_shape, reduction=self.reduction)
+
+    def extra_repr(self):
+        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(
+            **self.__dict__)
+        if self.elementwise_affine:
+            s += ", bias=%s" % (self.bias is not None)
+        if self.zero_centered:
+            s += ", zero_centered=True"
+        if self.reduction != "auto":
+            s += ", reduction=%r" % self.reduction
+        return s
+
+
+class LayerNorm(_Norm):
+    """torch.nn.LayerNorm on fusegrad's fused kernels (CUDA tensors of float32, bfloat16 or
+    float16; parameters float32 or the input's dtype)."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None,
+                 dtype=None, *, zero_centered=False, reduction="auto"):
+        super().__init__(_ops.LAYER, normalized_shape, eps, elementwise_affine, bias, device, dtype,
+                         zero_centered, reduction)
+
+
+class RMSNorm(_Norm):
+    """torch.nn.RMSNorm on fusegrad's fused kernels. eps=None is PyTorch's default (float32's
+    machine epsilon); bias=False as PyTorch's, which has none."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, bias=False, device=None,
+                 dtype=None, *, zero_centered=False, reduction="auto"):
+        super().__init__(_ops.RMS, normalized_shape, eps, elementwise_affine, bias, device, dtype,
+                         zero_centered, reduction)
+
+
+def _swap_for(module, reduction):
+    """fusegrad's module for `module` (a torch.nn.LayerNorm or torch.nn.RMSNorm, matched by exact
+    type), sharing its parameters, or None."""
+    kind = type(module)
+    if kind is nn.LayerNorm:
+        new = LayerNorm(module.normalized_shape, module.eps, False, reduction=reduction)
+    elif getattr(nn, "RMSNorm", None) is not None and kind is nn.RMSNorm:
+        new = RMSNorm(module.normalized_shape, module.eps, False, reduction=reduction)
+    else:
+        return None
+    # The same Parameter objects: an optimizer built before the swap still updates them.
+    new.elementwise_affine = module.elementwise_affine
+    new.weight = module.weight
+    new.bias = getattr(module, "bias", None)
+    new.train(module.training)
+    return new
+
+
+def replace_norms(model, reduction="auto"):
+    """Replaces, in place, every torch.nn.LayerNorm and torch.nn.RMSNorm inside `model` (exact
+    types, not subclasses, whose forward may differ) by fusegrad's module with the same
+    parameters; returns how many were replaced. The model's tensors must then be on CUDA."""
+    count = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            new = _swap_for(child, reduction)
+            if new is not None:
+                setattr(parent, name, new)
+                count += 1
+    return count

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The PyTorch package's tests (tests/python, pytest), run on the source tree as CI runs them:
+#   bash scripts/test_python.sh [BUILD_DIR]
+# BUILD_DIR (default build/cuda) is a CUDA build whose capi/libfusegrad_norm.so the package then
+# loads ($FUSEGRAD_NORM_LIBRARY); without one, the tests that need the library are skipped.
+# Without a GPU the `gpu` tests are skipped and the rest run: import, the errors users meet, shapes
+# through the fake implementations, opcheck and torch.compile on meta tensors, the C ABI's
+# argument checks.
+# PyTorch (>= 2.4; Debian's 1.13 is too old for torch.library.custom_op) and pytest come from
+# $FUSEGRAD_TEST_PYTHON when set, else from the virtual environment build/pyenv, made here with
+# pip on the first run (PyPI's torch 2.11 wheel and the CUDA libraries it depends on: about 5 GB
+# and a minute; later runs in the same checkout reuse it). If pip cannot install them, the tests
+# are skipped with a warning, as install_deps.sh does for cuDNN's headers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/cuda}
+venv=build/pyenv
+torch_version=2.11.0
+py=${FUSEGRAD_TEST_PYTHON:-}
+if [ -z "$py" ]; then
+    py=$venv/bin/python
+    if ! "$py" -c "import numpy, pytest, torch; assert torch.__version__.startswith('$torch_version')" \
+        >/dev/null 2>&1; then
+        echo "installing torch==$torch_version and pytest into $venv (pip)"
+        if ! { python3 -m venv "$venv" &&
+               "$py" -m pip install -q --disable-pip-version-check "torch==$torch_version" \
+                   pytest numpy; }; then
+            echo "warning: could not install PyTorch and pytest with pip: the PyTorch package's" \
+                 "tests did not run" >&2
+            exit 0
+        fi
+    fi
+fi
+lib=$build/capi/libfusegrad_norm.so
+if [ -f "$lib" ]; then
+    export FUSEGRAD_NORM_LIBRARY=$PWD/$lib
+else
+    echo "no $lib: the tests of the C ABI are skipped"
+    unset FUSEGRAD_NORM_LIBRARY
+fi
+PYTHONPATH=$PWD/python "$py" -m pytest tests/python -q -p no:cacheprovider

@@ -1,0 +1,369 @@
+"""tests/python/test_package.py: what the package does without a GPU, so that CI runs it: import,
+the errors a PyTorch user meets (each names the argument), the modules' API against torch.nn's,
+shapes and dtypes through the fake (meta) implementations, torch.library.opcheck and
+torch.compile(fullgraph=True) traced on meta tensors, the missing-library message, and the C ABI's
+argument checks through ctypes (which need no GPU).
+
+Shapes: M rows of N values; meta tensors stand in for CUDA ones (same checks, no kernels).
+"""
+import ctypes
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fusegrad
+from fusegrad import _library
+
+META = "meta"
+
+
+def meta(*shape, dtype=torch.float32, grad=False):
+    return torch.randn(*shape, device=META, dtype=dtype, requires_grad=grad)
+
+
+# ---- import and availability -------------------------------------------------------------------
+
+def test_import_needs_no_gpu_and_says_why_unavailable():
+    assert fusegrad.__version__
+    if not torch.cuda.is_available():
+        assert not fusegrad.is_available()
+        assert "CUDA" in fusegrad.why_unavailable()
+
+
+def test_import_does_not_load_the_library():
+    # A fresh interpreter: importing (and building modules) must not touch libfusegrad_norm.so.
+    code = ("import fusegrad, fusegrad._library as L; fusegrad.LayerNorm(8); "
+            "assert L._lib is None and L._failure is None; print('ok')")
+    env = dict(os.environ, FUSEGRAD_NORM_LIBRARY="/nonexistent/libfusegrad_norm.so",
+               PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_missing_library_is_a_clear_error(monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere" / "libfusegrad_norm.so"
+    monkeypatch.setenv("FUSEGRAD_NORM_LIBRARY", str(missing))
+    monkeypatch.setattr(_library, "_lib", None)
+    monkeypatch.setattr(_library, "_failure", None)
+    with pytest.raises(fusegrad.LibraryError) as e:
+        _library.load()
+    text = str(e.value)
+    assert str(missing) in text and "FUSEGRAD_NORM_LIBRARY" in text and "pip install ." in text
+    ok, why = _library.status()
+    assert not ok and str(missing) in why
+
+
+def test_library_that_is_not_ours(monkeypatch, tmp_path):
+    not_ours = tmp_path / "libfusegrad_norm.so"
+    not_ours.write_bytes(b"not an ELF file")
+    monkeypatch.setenv("FUSEGRAD_NORM_LIBRARY", str(not_ours))
+    monkeypatch.setattr(_library, "_lib", None)
+    monkeypatch.setattr(_library, "_failure", None)
+    with pytest.raises(fusegrad.LibraryError, match="could not load"):
+        _library.load()
+
+
+# ---- errors that name the argument -------------------------------------------------------------
+
+def test_cpu_tensors_are_refused():
+    with pytest.raises(ValueError, match=r"fusegrad.layer_norm: input is on cpu.*CUDA"):
+        fusegrad.layer_norm(torch.randn(4, 8))
+    with pytest.raises(ValueError, match=r"fusegrad.rms_norm: input is on cpu"):
+        fusegrad.RMSNorm(8)(torch.randn(4, 8))
+    # Reaching the op directly gives the same message (not the dispatcher's).
+    with pytest.raises(ValueError, match=r"input is on cpu"):
+        torch.ops.fusegrad.norm_forward(torch.randn(4, 8), None, None, None, 1, 1e-5, False, 0,
+                                        False)
+
+
+@pytest.mark.parametrize("fn", [fusegrad.rms_norm, fusegrad.layer_norm])
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    (dict(input=meta(4, 8).double()), TypeError, r"input is float64: the kernels take float32"),
+    (dict(input=meta(4, 8).int()), TypeError, r"input is int32"),
+    (dict(input="x"), TypeError, r"input must be a torch.Tensor, got str"),
+    (dict(input=meta(4, 0)), ValueError, r"non-empty last dimension"),
+    (dict(input=meta(8, 4).t()), ValueError, r"input's last dimension is not contiguous"),
+    (dict(input=meta(4, 8), weight=meta(7)), ValueError,
+     r"weight has shape \(7,\), but input has shape \(4, 8\)"),
+    (dict(input=meta(4, 8), weight=meta(8), bias=meta(9)), ValueError,
+     r"bias has shape \(9,\), expected \(8,\)"),
+    (dict(input=meta(4, 8), weight=meta(16)[::2]), ValueError,
+     r"weight's last dimension is not contiguous"),
+    (dict(input=meta(4, 8), weight=meta(8, dtype=torch.float16)), TypeError,
+     r"weight is float16, input is float32: weights must be float32 or the input's dtype"),
+    (dict(input=meta(4, 8, dtype=torch.bfloat16), weight=meta(8, dtype=torch.float16)), TypeError,
+     r"weight is float16, input is bfloat16"),
+    (dict(input=meta(4, 8, dtype=torch.bfloat16), weight=meta(8),
+          bias=meta(8, dtype=torch.bfloat16)), TypeError,
+     r"weight is float32 and bias is bfloat16: they must be the same dtype"),
+    (dict(input=meta(4, 8), residual=meta(4, 9)), ValueError,
+     r"residual has shape \(4, 9\), input has shape \(4, 8\)"),
+    (dict(input=meta(4, 8), residual=meta(4, 8, dtype=torch.float16)), TypeError,
+     r"residual is float16, input is float32"),
+    (dict(input=meta(4, 8), residual=meta(8, 4).t()), ValueError,
+     r"residual's last dimension is not contiguous"),
+    (dict(input=meta(4, 8), eps=0.0), ValueError, r"eps must be a finite number > 0, got 0.0"),
+    (dict(input=meta(4, 8), eps=float("nan")), ValueError, r"eps must be a finite number"),
+    (dict(input=meta(4, 8), eps="small"), TypeError, r"eps must be a number, got 'small'"),
+    (dict(input=meta(4, 8), reduction="fast"), ValueError,
+     r"reduction must be one of 'auto', 'locked', 'grid', got 'fast'"),
+    (dict(input=meta(4, 8), zero_centered=True), ValueError,
+     r"zero_centered=True needs a weight"),
+    (dict(input=meta(4, 8), normalized_shape=(3, 8)), ValueError,
+     r"normalized_shape is \(3, 8\), but input has shape \(4, 8\)"),
+    (dict(input=meta(4, 8), normalized_shape=0), ValueError, r"normalized_shape must be"),
+])
+def test_bad_arguments_name_what_is_wrong(fn, kwargs, error, pattern):
+    name = "fusegrad.%s" % fn.__name__
+    with pytest.raises(error, match=pattern) as e:
+        fn(**kwargs)
+    assert str(e.value).startswith(name + ": ")
+
+
+def test_weight_on_another_device_is_refused():
+    x = meta(4, 8)
+    with pytest.raises(ValueError, match=r"weight is on cpu, input is on meta"):
+        fusegrad.layer_norm(x, torch.ones(8))
+
+
+def test_module_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"fusegrad.LayerNorm: reduction must be one of"):
+        fusegrad.LayerNorm(8, reduction="parallel")
+    with pytest.raises(ValueError, match=r"normalized_shape must be positive"):
+        fusegrad.RMSNorm(0)
+    with pytest.raises(ValueError, match=r"zero_centered=True needs elementwise_affine=True"):
+        fusegrad.RMSNorm(8, elementwise_affine=False, zero_centered=True)
+
+
+# ---- shapes and dtypes through the fake implementations -----------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("wdtype", ["f32", "same"])
+def test_outputs_have_the_input_shape_and_dtype(dtype, wdtype):
+    wt = torch.float32 if wdtype == "f32" else dtype
+    x = meta(2, 3, 5, 64, dtype=dtype, grad=True)
+    w = meta(64, dtype=wt, grad=True)
+    b = meta(64, dtype=wt, grad=True)
+    r = meta(2, 3, 5, 64, dtype=dtype, grad=True)
+    y = fusegrad.layer_norm(x, w, b)
+    assert y.shape == x.shape and y.dtype == dtype and y.device.type == META
+    y, h = fusegrad.rms_norm(x, w, residual=r)
+    assert y.shape == h.shape == x.shape and h.dtype == dtype
+    (y.sum() + h.sum()).backward()
+    assert x.grad.shape == x.shape and r.grad.shape == r.shape
+    assert w.grad.shape == (64,) and w.grad.dtype == wt
+    assert b.grad is None  # rms_norm above took no bias; layer_norm's y was not used
+
+
+def test_normalized_shape_of_several_dims():
+    x = meta(3, 4, 8, grad=True)
+    m = fusegrad.LayerNorm((4, 8), device=META)
+    y = m(x)
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert m.weight.grad.shape == (4, 8) and x.grad.shape == x.shape
+    assert fusegrad.rms_norm(x, normalized_shape=(4, 8)).shape == x.shape
+
+
+def test_no_statistics_without_grad():
+    x = meta(16, 8)
+    _, _, mean, rstd = torch.ops.fusegrad.norm_forward(x, None, None, None, 1, 1e-5, False, 0,
+                                                       False)
+    assert mean.numel() == 0 and rstd.numel() == 0
+    _, _, mean, rstd = torch.ops.fusegrad.norm_forward(x, None, None, None, 1, 1e-5, False, 0,
+                                                       True)
+    assert mean.shape == rstd.shape == (16,) and rstd.dtype == torch.float32
+    _, _, mean, rstd = torch.ops.fusegrad.norm_forward(x, None, None, None, 0, 1e-5, False, 0,
+                                                       True)
+    assert mean.numel() == 0 and rstd.shape == (16,)  # RMSNorm keeps no mean
+
+
+# ---- the modules against torch.nn ---------------------------------------------------------------
+
+def _params(cls):
+    return {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+            if k != "self" and v.kind != inspect.Parameter.KEYWORD_ONLY}
+
+
+def test_module_signatures_match_torch():
+    assert _params(fusegrad.LayerNorm) == _params(nn.LayerNorm)
+    ours, theirs = _params(fusegrad.RMSNorm), _params(nn.RMSNorm)
+    assert ours.pop("bias") is False  # fusegrad's RMSNorm can also have a bias; torch's has none
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("cls, ref, kwargs", [
+    (fusegrad.LayerNorm, nn.LayerNorm, {}),
+    (fusegrad.LayerNorm, nn.LayerNorm, dict(bias=False)),
+    (fusegrad.LayerNorm, nn.LayerNorm, dict(elementwise_affine=False)),
+    (fusegrad.RMSNorm, nn.RMSNorm, {}),
+    (fusegrad.RMSNorm, nn.RMSNorm, dict(eps=1e-6)),
+])
+def test_modules_hold_what_torch_holds(cls, ref, kwargs):
+    ours, theirs = cls((4, 6), **kwargs), ref((4, 6), **kwargs)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    for k, v in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[k], v), k
+    theirs_sd = {k: torch.randn_like(v) for k, v in theirs.state_dict().items()}
+    ours.load_state_dict(theirs_sd)
+    assert ours.normalized_shape == theirs.normalized_shape and ours.eps == theirs.eps
+    assert repr(ours).startswith(cls.__name__ + "((4, 6), eps=")
+
+
+def test_module_options():
+    m = fusegrad.RMSNorm(8, bias=True, zero_centered=True, reduction="locked",
+                         dtype=torch.bfloat16)
+    assert torch.equal(m.weight, torch.zeros(8, dtype=torch.bfloat16))  # scale 1 + 0
+    assert m.bias is not None and m.weight.dtype == torch.bfloat16
+    assert "zero_centered=True" in repr(m) and "reduction='locked'" in repr(m)
+
+
+def test_replace_norms_shares_parameters():
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.Sequential(nn.RMSNorm(8, eps=1e-6)),
+                          nn.LayerNorm(8, bias=False))
+    w = model[1].weight
+    assert fusegrad.replace_norms(model, reduction="grid") == 3
+    assert isinstance(model[1], fusegrad.LayerNorm) and model[1].weight is w
+    assert isinstance(model[2][0], fusegrad.RMSNorm) and model[2][0].eps == 1e-6
+    assert model[3].bias is None and model[1].reduction == "grid"
+    assert fusegrad.replace_norms(model) == 0
+
+
+# ---- torch.library: opcheck and torch.compile on meta tensors -----------------------------------
+
+def test_opcheck_on_meta():
+    x, w, b, r = meta(6, 32, grad=True), meta(32, grad=True), meta(32, grad=True), meta(6, 32)
+    for args in [(x, None, w, b, 1, 1e-5, False, 0, True), (x, r, w, None, 0, 1e-6, True, 2, True),
+                 (x, None, None, None, 0, 1e-6, False, 1, False)]:
+        torch.library.opcheck(torch.ops.fusegrad.norm_forward.default, args)
+    stats = torch.empty(6, device=META)
+    torch.library.opcheck(torch.ops.fusegrad.norm_backward.default,
+                          (meta(6, 32), meta(6, 32), x.detach(), w.detach(), stats, stats, 1,
+                           False, 2, torch.float32, True, True))
+
+
+class _Tiny(nn.Module):
+    """Two pre-norm residual blocks with every kind of fusegrad norm."""
+
+    def __init__(self, n, device):
+        super().__init__()
+        self.ln = fusegrad.LayerNorm(n, device=device)
+        self.rms = fusegrad.RMSNorm(n, device=device, zero_centered=True)
+        self.fc = nn.Linear(n, n, device=device)
+
+    def forward(self, x):
+        y, h = self.ln(x, residual=self.fc(x))
+        return self.rms(self.fc(y) + h)
+
+
+def test_compile_traces_without_graph_breaks_on_meta():
+    torch._dynamo.reset()
+    model = _Tiny(16, META)
+    x = meta(4, 16, grad=True)
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    out = compiled(x)
+    out.sum().backward()
+    assert out.shape == x.shape and x.grad.shape == x.shape
+    assert model.ln.weight.grad.shape == (16,) and model.rms.weight.grad.shape == (16,)
+
+
+# ---- the C ABI's argument checks (no GPU needed) ------------------------------------------------
+
+def _lib_or_skip():
+    ok, why = _library.status()
+    if not ok:
+        pytest.skip(why)
+    return _library.load()
+
+
+def _forward(lib, **over):
+    a = dict(kind=0, x_dtype=0, w_dtype=0, rows=4, cols=8, eps=1e-5, zc=0, x=16, residual=None,
+             h=None, weight=None, bias=None, y=32, mean=None, rstd=None, device=0, stream=None)
+    a.update(over)
+    rc = lib.fgn_norm_forward(*a.values())
+    return rc, lib.fgn_last_error().decode()
+
+
+def test_c_abi_version_and_exports():
+    lib = _lib_or_skip()
+    assert lib.fgn_abi_version() == _library.ABI_VERSION
+    out = subprocess.run(["nm", "-D", "--defined-only", _library.library_path()],
+                         capture_output=True, text=True)
+    if out.returncode == 0:
+        exported = [line.split()[-1] for line in out.stdout.splitlines()
+                    if line.split()[1:2] == ["T"]]
+        assert sorted(exported) == ["fgn_abi_version", "fgn_last_error", "fgn_norm_backward",
+                                    "fgn_norm_backward_workspace_bytes", "fgn_norm_forward"]
+
+
+@pytest.mark.parametrize("over, message", [
+    (dict(kind=2), "kind must be FGN_RMS_NORM (0) or FGN_LAYER_NORM (1), got 2"),
+    (dict(x_dtype=1), "x_dtype must be FGN_F32 (0), FGN_BF16 (2) or FGN_F16 (3), got 1"),
+    (dict(w_dtype=2), "w_dtype must be FGN_F32 or x_dtype (FGN_F32), got 2 (FGN_BF16)"),
+    (dict(rows=-1), "rows must be >= 0, got -1"),
+    (dict(cols=0), "cols must be in 1..2^30, got 0"),
+    (dict(cols=(1 << 30) + 1), "cols must be in 1..2^30"),
+    (dict(zc=1), "zero_centered needs a weight (weight is NULL)"),
+    (dict(device=-1), "device must be a CUDA device index >= 0, got -1"),
+    (dict(eps=0.0), "eps must be finite and > 0, got 0"),
+    (dict(eps=float("inf")), "eps must be finite and > 0"),
+    (dict(residual=48), "h_out is NULL: a residual needs h_out"),
+    (dict(h=48), "h_out is given without a residual"),
+    (dict(kind=1, rstd=64), "mean and rstd must both be given"),
+    (dict(x=None), "x is NULL"),
+    (dict(y=None), "y is NULL"),
+])
+def test_c_abi_forward_refuses_bad_arguments(over, message):
+    lib = _lib_or_skip()
+    rc, text = _forward(lib, **over)
+    assert rc == 1, text  # FGN_ERROR_ARGUMENT
+    assert text.startswith("[fgn_norm_forward] " + message), text
+
+
+def test_c_abi_errors_become_python_exceptions():
+    lib = _lib_or_skip()
+    with pytest.raises(ValueError, match=r"^fusegrad: \[fgn_norm_forward\] x is NULL"):
+        _library.check(_forward(lib, x=None)[0])
+    assert _forward(lib, rows=0, x=None, y=None)[0] == 0  # no rows: nothing to do, no GPU needed
+
+
+def test_c_abi_backward_refuses_bad_arguments():
+    lib = _lib_or_skip()
+    size = ctypes.c_size_t(7)
+    base = dict(kind=1, x_dtype=2, w_dtype=0, rows=4, cols=8, zc=0, reduction=0, x=16, dy=32,
+                dh=None, weight=None, mean=48, rstd=64, dx=80, dw=None, db=None)
+
+    def query(**over):
+        a = dict(base, **over)
+        rc = lib.fgn_norm_backward_workspace_bytes(*a.values(), 0, ctypes.byref(size))
+        return rc, lib.fgn_last_error().decode()
+
+    fn = "[fgn_norm_backward_workspace_bytes] "
+    assert query(reduction=3) == (1, fn + "reduction must be FGN_REDUCTION_AUTO (0), "
+                                  "FGN_REDUCTION_LOCKED (1) or FGN_REDUCTION_GRID (2), got 3")
+    assert query(dw=96) == (1, fn + "dweight is asked for but weight is NULL")
+    assert query(mean=None) == (1, fn + "mean (LayerNorm) is NULL")
+    assert query(dy=None) == (1, fn + "dy is NULL")
+    assert query(w_dtype=3) == (1, fn + "w_dtype must be FGN_F32 or x_dtype (FGN_BF16), got 3 "
+                                "(FGN_F16)")
+    assert query(db=None)[0] == 0 and size.value == 0  # no dw / db: no workspace, no GPU asked
+    a = dict(base, reduction=7)
+    rc = lib.fgn_norm_backward(*a.values(), None, 0, 0, None)
+    assert rc == 1 and "[fgn_norm_backward] reduction must be" in lib.fgn_last_error().decode()
+
+
+def test_rms_norm_default_eps_is_torchs():
+    # F.rms_norm's eps=None is float32's machine epsilon for 16-bit inputs too.
+    x = torch.randn(4, 8).to(torch.bfloat16) * 1e-4
+    default = F.rms_norm(x, (8,))
+    assert torch.equal(default, F.rms_norm(x, (8,), eps=torch.finfo(torch.float32).eps))
+    assert fusegrad.RMSNorm(8).eps is None
