@@ -31,7 +31,12 @@ public:
         ++stats_.allocations;
         void* ptr = nullptr;
         auto it = free_.find(size);
-        if (it != free_.end() && !it->second.empty()) {
+        if (active_graph_pool_ != 0) {
+            // No retry after emptying the cache: that synchronises, which a capture forbids.
+            // (cudaMalloc itself is allowed: kernels/runtime.h captures in relaxed mode.)
+            ptr = graph_allocate(size);
+            if (!ptr) out_of_memory(size, " (while capturing a CUDA graph)");
+        } else if (it != free_.end() && !it->second.empty()) {
             ptr = it->second.back();
             it->second.pop_back();
             ++stats_.cache_hits;
@@ -41,11 +46,7 @@ public:
                 release_cached_locked();
                 ptr = raw_allocate(size);
             }
-            if (!ptr) {
-                fail("allocator", "out of ", device_name(device_), " memory: asked for ",
-                     format_bytes(size), " with ", format_bytes(stats_.bytes_in_use),
-                     " in use and ", format_bytes(stats_.bytes_reserved), " reserved");
-            }
+            if (!ptr) out_of_memory(size, "");
             ++stats_.device_allocations;
             stats_.bytes_reserved += size;
         }
@@ -66,7 +67,9 @@ public:
             return;
         }
         try {
-            free_[size].push_back(ptr);
+            auto owner = graph_owner_.find(ptr);
+            if (owner != graph_owner_.end()) graph_free_[owner->second][size].push_back(ptr);
+            else free_[size].push_back(ptr);
         } catch (...) {  // no memory for the free list: give the block back instead
             if (CudaBackend* cuda = cuda_backend_or_null()) cuda->free(ptr);
             stats_.bytes_reserved -= size;
@@ -88,7 +91,65 @@ public:
         stats_.peak_bytes_in_use = stats_.bytes_in_use;
     }
 
+    int create_graph_pool() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return next_graph_pool_++;
+    }
+
+    // The pool's free blocks join the shared cache; its blocks in use lose their owner, so they
+    // join it when freed.
+    void release_graph_pool(int id) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto pool = graph_free_.find(id);
+        if (pool != graph_free_.end()) {
+            for (auto& [size, blocks] : pool->second)
+                free_[size].insert(free_[size].end(), blocks.begin(), blocks.end());
+            graph_free_.erase(pool);
+        }
+        for (auto it = graph_owner_.begin(); it != graph_owner_.end();)
+            it = it->second == id ? graph_owner_.erase(it) : std::next(it);
+    }
+
+    int set_active_graph_pool(int id) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const int previous = active_graph_pool_;
+        active_graph_pool_ = id;
+        return previous;
+    }
+
 private:
+    [[noreturn]] void out_of_memory(std::size_t size, const char* when) {
+        fail("allocator", "out of ", device_name(device_), " memory", when, ": asked for ",
+             format_bytes(size), " with ", format_bytes(stats_.bytes_in_use), " in use and ",
+             format_bytes(stats_.bytes_reserved), " reserved");
+    }
+
+    // A block of `size` for the active graph pool: its own free block, else one of the shared
+    // cache's, else a fresh one (nullptr when the driver has none); the last two join the pool.
+    void* graph_allocate(std::size_t size) {
+        auto& own = graph_free_[active_graph_pool_][size];
+        if (!own.empty()) {
+            void* ptr = own.back();
+            own.pop_back();
+            ++stats_.cache_hits;
+            return ptr;
+        }
+        void* ptr = nullptr;
+        auto shared = free_.find(size);
+        if (shared != free_.end() && !shared->second.empty()) {
+            ptr = shared->second.back();
+            shared->second.pop_back();
+            ++stats_.cache_hits;
+        } else {
+            ptr = raw_allocate(size);
+            if (!ptr) return nullptr;
+            ++stats_.device_allocations;
+            stats_.bytes_reserved += size;
+        }
+        graph_owner_[ptr] = active_graph_pool_;
+        return ptr;
+    }
+
     void* raw_allocate(std::size_t size) {
         if (device_ == Device::cpu) return std::aligned_alloc(64, size);
         return cuda_backend("allocator").malloc(size);
@@ -107,7 +168,13 @@ private:
 
     Device device_;
     std::mutex mutex_;
-    std::unordered_map<std::size_t, std::vector<void*>> free_;
+    std::unordered_map<std::size_t, std::vector<void*>> free_;  // the shared cache
+    // Graph pools: the pool of each block a pool holds (in use or free), and each pool's free
+    // blocks by size; the pool allocations come from now (0: none, the shared cache).
+    std::unordered_map<void*, int> graph_owner_;
+    std::unordered_map<int, std::unordered_map<std::size_t, std::vector<void*>>> graph_free_;
+    int active_graph_pool_ = 0;
+    int next_graph_pool_ = 1;
     MemoryStats stats_;
 };
 
@@ -150,6 +217,12 @@ std::size_t available_memory(Device device) {
            static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }
 void empty_cuda_cache() { pool(Device::cuda).release_cached(); }
+
+int create_graph_pool() { return pool(Device::cuda).create_graph_pool(); }
+void release_graph_pool(int id) { pool(Device::cuda).release_graph_pool(id); }
+GraphMemoryScope::GraphMemoryScope(int id)
+    : previous_(pool(Device::cuda).set_active_graph_pool(id)) {}
+GraphMemoryScope::~GraphMemoryScope() { pool(Device::cuda).set_active_graph_pool(previous_); }
 
 std::string format_bytes(std::size_t bytes) {
     char buf[64];

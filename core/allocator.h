@@ -36,6 +36,27 @@ std::size_t available_memory(Device device);
 void reset_peak_memory(Device device);
 // Returns every cached, unused CUDA block to the driver.
 void empty_cuda_cache();
+
+// A CUDA graph's private memory (train/cuda_graph.h). While a GraphMemoryScope is open, CUDA
+// allocations are served from the pool's own blocks (or, when it has none of the size, from the
+// shared cache or the driver, the block then joining the pool), and a pool's block that is freed,
+// whenever that happens, returns to the pool, never to the shared cache. So the addresses a graph
+// was captured with stay the graph's across its replays, whatever else runs between them.
+// Pools are numbered from 1; release_graph_pool hands the pool's free blocks back to the shared
+// cache (call it once the graph is destroyed and its last replay has finished) and its blocks
+// still in use join the shared cache when they are freed.
+int create_graph_pool();
+void release_graph_pool(int pool);
+class GraphMemoryScope {
+public:
+    explicit GraphMemoryScope(int pool);
+    ~GraphMemoryScope();
+    GraphMemoryScope(const GraphMemoryScope&) = delete;
+    GraphMemoryScope& operator=(const GraphMemoryScope&) = delete;
+
+private:
+    int previous_;
+};
 // "in use 12.0 MiB (peak 40.5 MiB), reserved 64.0 MiB, 1200 allocations, 98.5% from cache"
 std::string format_memory_stats(const MemoryStats& stats);
 std::string format_bytes(std::size_t bytes);

@@ -37,7 +37,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <typename T>
 __global__ void attention_probs_kernel(const float* s, T* pd, float* lse, bool compute_lse,
                                        long long rows, long long t, float scale, float p,
-                                       float keep_scale, std::uint64_t seed, std::uint64_t offset) {
+                                       float keep_scale, std::uint64_t seed, std::uint64_t offset,
+                                       const unsigned long long* offset_base) {
     const long long row = blockIdx.x * (long long)kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -56,7 +57,8 @@ __global__ void attention_probs_kernel(const float* s, T* pd, float* lse, bool c
     } else {
         row_lse = lse[row];
     }
-    const std::uint64_t base = offset + static_cast<std::uint64_t>(row) * t;
+    const std::uint64_t base =
+        offset + (offset_base ? *offset_base : 0) + static_cast<std::uint64_t>(row) * t;
     for (long long j = lane; j < t; j += 32) {
         float v = 0.0f;
         if (j < visible) {
@@ -71,7 +73,8 @@ template <typename T>
 __global__ void attention_probs_backward_kernel(const float* s, const float* dpd, const float* lse,
                                                 T* ds, long long rows, long long t, float scale,
                                                 float p, float keep_scale, std::uint64_t seed,
-                                                std::uint64_t offset) {
+                                                std::uint64_t offset,
+                                       const unsigned long long* offset_base) {
     const long long row = blockIdx.x * (long long)kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -80,7 +83,8 @@ __global__ void attention_probs_backward_kernel(const float* s, const float* dpd
     const float* gr = dpd + row * t;
     T* dr = ds + row * t;  // may alias sr (T float): lane l reads sr[j] before it writes dr[j]
     const float row_lse = lse[row];
-    const std::uint64_t base = offset + static_cast<std::uint64_t>(row) * t;
+    const std::uint64_t base =
+        offset + (offset_base ? *offset_base : 0) + static_cast<std::uint64_t>(row) * t;
     // dot = sum_j dP_j P_j over the visible columns.
     float dot = 0.0f;
     for (long long j = lane; j < visible; j += 32) {
@@ -108,7 +112,8 @@ template <typename T, int kGroups>
 __global__ void attention_probs_reg_kernel(const float* s, T* pd, float* lse, bool compute_lse,
                                            long long rows, long long t, float scale, float p,
                                            float keep_scale, std::uint64_t seed,
-                                           std::uint64_t offset) {
+                                           std::uint64_t offset,
+                                       const unsigned long long* offset_base) {
     const long long row = blockIdx.x * (long long)kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -138,7 +143,8 @@ __global__ void attention_probs_reg_kernel(const float* s, T* pd, float* lse, bo
     } else {
         row_lse = lse[row];
     }
-    const std::uint64_t base = offset + static_cast<std::uint64_t>(row) * t;
+    const std::uint64_t base =
+        offset + (offset_base ? *offset_base : 0) + static_cast<std::uint64_t>(row) * t;
     T* pr = pd + row * t;  // may alias sr (T float): every lane has read its values above
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
@@ -161,7 +167,8 @@ __global__ void attention_probs_backward_reg_kernel(const float* s, const float*
                                                     const float* lse, T* ds, long long rows,
                                                     long long t, float scale, float p,
                                                     float keep_scale, std::uint64_t seed,
-                                                    std::uint64_t offset) {
+                                                    std::uint64_t offset,
+                                       const unsigned long long* offset_base) {
     const long long row = blockIdx.x * (long long)kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -169,7 +176,8 @@ __global__ void attention_probs_backward_reg_kernel(const float* s, const float*
     const float* sr = s + row * t;
     const float* gr = dpd + row * t;
     const float row_lse = lse[row];
-    const std::uint64_t base = offset + static_cast<std::uint64_t>(row) * t;
+    const std::uint64_t base =
+        offset + (offset_base ? *offset_base : 0) + static_cast<std::uint64_t>(row) * t;
     float prob[kGroups][4], dp[kGroups][4];
     float dot = 0.0f;
 #pragma unroll
@@ -246,11 +254,13 @@ void attention_probs(const float* s, ScalarType out_type, void* pd, float* lse, 
         const bool in_registers = with_groups(t, [&](auto groups) {
             attention_probs_reg_kernel<T, decltype(groups)::value>
                 <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-                    s, out, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset);
+                    s, out, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset,
+                    philox_offset_base());
         });
         if (!in_registers)
             attention_probs_kernel<T><<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-                s, out, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset);
+                s, out, lse, compute_lse, rows, t, scale, p, keep_scale, seed, offset,
+                    philox_offset_base());
         FG_LAUNCH_CHECK();
     });
 }
@@ -267,12 +277,14 @@ void attention_probs_backward(const float* s, const float* dpd, const float* lse
         const bool in_registers = with_groups(t, [&](auto groups) {
             attention_probs_backward_reg_kernel<T, decltype(groups)::value>
                 <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-                    s, dpd, lse, out, rows, t, scale, p, keep_scale, seed, offset);
+                    s, dpd, lse, out, rows, t, scale, p, keep_scale, seed, offset,
+                    philox_offset_base());
         });
         if (!in_registers)
             attention_probs_backward_kernel<T>
                 <<<blocks_for(rows), kWarpsPerBlock * 32, 0, stream()>>>(
-                    s, dpd, lse, out, rows, t, scale, p, keep_scale, seed, offset);
+                    s, dpd, lse, out, rows, t, scale, p, keep_scale, seed, offset,
+                    philox_offset_base());
         FG_LAUNCH_CHECK();
     });
 }

@@ -168,11 +168,14 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, long long n
 // out = keep ? in / (1 - p) : 0 (as in * (1 / (1 - p))). One philox::keep4 call decides four
 // consecutive elements, so a pack takes W / 4 calls, and the elements after the last pack (all of
 // them when misaligned) go four to a thread. A call costs one Philox block when its first counter
-// is a multiple of 4: packs and groups start at multiples of 4, and the ops pass aligned offsets.
+// is a multiple of 4: packs and groups start at multiples of 4, and the ops pass aligned offsets
+// (and a captured step keeps its base a multiple of 4: runtime.h's philox_offset_base).
 template <typename T>
 __global__ void dropout_kernel(const T* in, T* out, long long n, long long packs, float p,
-                               unsigned long long seed, unsigned long long offset) {
+                               unsigned long long seed, unsigned long long offset,
+                               const unsigned long long* offset_base) {
     static_assert(kWidth<T> % 4 == 0, "a pack holds whole groups of four decisions");
+    if (offset_base) offset += *offset_base;
     const float scale = 1.0f / (1.0f - p);
     for (long long i = thread_index(); i < packs; i += thread_count()) {
         float v[kWidth<T>];
@@ -386,7 +389,8 @@ void dropout(ScalarType type, const void* in, void* out, long long n, float p,
         const long long packs = packs_for<T>(n, aligned16(in) && aligned16(out));
         const long long groups_after = (n - packs * kWidth<T> + 3) / 4;
         dropout_kernel<T><<<grid_for_items(packs, groups_after), kThreads, 0, stream()>>>(
-            static_cast<const T*>(in), static_cast<T*>(out), n, packs, p, seed, offset);
+            static_cast<const T*>(in), static_cast<T*>(out), n, packs, p, seed, offset,
+            philox_offset_base());
     });
     FG_LAUNCH_CHECK();
 }

@@ -57,8 +57,15 @@ __global__ void finish_norm_kernel(const float* partials, int count, float max_n
     }
 }
 
+// The factors come by value (decayed, plain) or, when `current` is set, from the device
+// (current[0], current[1]); nothing changes while *skip is set.
 __global__ void adamw_kernel(AdamWList list, AdamWStep decayed, AdamWStep plain,
-                             const float* coef) {
+                             const AdamWStep* current, const float* coef, const int* skip) {
+    if (skip && *skip) return;
+    if (current) {
+        decayed = current[0];
+        plain = current[1];
+    }
     const float scale = coef ? *coef : 1.0f;
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (int t = 0; t < list.count; ++t) {
@@ -75,6 +82,45 @@ __global__ void adamw_kernel(AdamWList list, AdamWStep decayed, AdamWStep plain,
             x.m[i] = mi;
             x.v[i] = vi;
         }
+    }
+}
+
+__global__ void step_begin_kernel(StepState* state, const float* loss_sum, const float* norm,
+                                  StepRecord* ring, const AdamWStep* table, int window,
+                                  AdamWStep* current) {
+    if (state->skip) return;  // halted: the halted step's record stays as it was
+    const long long s = state->step + 1;
+    const int slot = static_cast<int>((s - 1) % window);
+    ring[slot] = StepRecord{*loss_sum, *norm};
+    if (!isfinite(*loss_sum) || !isfinite(*norm)) {
+        if (state->halted_at == 0) state->halted_at = s;
+        state->skip = 1;
+    }
+    current[0] = table[2 * slot];
+    current[1] = table[2 * slot + 1];
+}
+
+__global__ void step_end_kernel(StepState* state, unsigned long long philox_per_step) {
+    if (!state->skip) state->step += 1;
+    state->philox_base += philox_per_step;
+}
+
+// Launches adamw_kernel over `tensors`, kMaxTensorsPerLaunch at a time.
+void launch_adamw(const AdamWTensor* tensors, int count, const AdamWStep& decayed,
+                  const AdamWStep& plain, const AdamWStep* current, const float* coef,
+                  const int* skip) {
+    for (int first = 0; first < count; first += kMaxTensorsPerLaunch) {
+        AdamWList list{};
+        list.count = std::min(kMaxTensorsPerLaunch, count - first);
+        long long largest = 0;
+        for (int i = 0; i < list.count; ++i) {
+            list.t[i] = tensors[first + i];
+            largest = std::max(largest, list.t[i].n);
+        }
+        if (largest == 0) continue;
+        adamw_kernel<<<grid_for(largest, 256), 256, 0, stream()>>>(list, decayed, plain, current,
+                                                                   coef, skip);
+        FG_LAUNCH_CHECK();
     }
 }
 
@@ -101,18 +147,23 @@ void grad_norm_clip(const float* const* grads, const long long* sizes, int count
 
 void adamw_multi_tensor(const AdamWTensor* tensors, int count, const AdamWStep& decayed,
                         const AdamWStep& plain, const float* coef) {
-    for (int first = 0; first < count; first += kMaxTensorsPerLaunch) {
-        AdamWList list{};
-        list.count = std::min(kMaxTensorsPerLaunch, count - first);
-        long long largest = 0;
-        for (int i = 0; i < list.count; ++i) {
-            list.t[i] = tensors[first + i];
-            largest = std::max(largest, list.t[i].n);
-        }
-        if (largest == 0) continue;
-        adamw_kernel<<<grid_for(largest, 256), 256, 0, stream()>>>(list, decayed, plain, coef);
-        FG_LAUNCH_CHECK();
-    }
+    launch_adamw(tensors, count, decayed, plain, nullptr, coef, nullptr);
+}
+
+void adamw_multi_tensor_on_device(const AdamWTensor* tensors, int count, const AdamWStep* current,
+                                  const float* coef, const int* skip) {
+    launch_adamw(tensors, count, AdamWStep{}, AdamWStep{}, current, coef, skip);
+}
+
+void step_begin(StepState* state, const float* loss_sum, const float* norm, StepRecord* ring,
+                const AdamWStep* table, int window, AdamWStep* current) {
+    step_begin_kernel<<<1, 1, 0, stream()>>>(state, loss_sum, norm, ring, table, window, current);
+    FG_LAUNCH_CHECK();
+}
+
+void step_end(StepState* state, unsigned long long philox_per_step) {
+    step_end_kernel<<<1, 1, 0, stream()>>>(state, philox_per_step);
+    FG_LAUNCH_CHECK();
 }
 
 }  // namespace fg::kernels

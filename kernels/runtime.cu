@@ -152,6 +152,87 @@ void memset_device(void* dst, int byte, std::size_t bytes) {
     FG_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream()));
 }
 
+void begin_capture() {
+    // Relaxed: a graph's memory pool may need a block the cache does not have, and cudaMalloc
+    // (not a stream operation, so not recorded) is refused by the stricter modes.
+    FG_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+}
+
+void* end_capture() {
+    cudaGraph_t graph = nullptr;
+    FG_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+    FG_CUDA_CHECK(err);
+    return exec;
+}
+
+void abort_capture() noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream(), &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t graph = nullptr;
+        if (cudaStreamEndCapture(stream(), &graph) == cudaSuccess && graph)
+            cudaGraphDestroy(graph);
+    }
+    cudaGetLastError();  // the capture's error is the caller's to report, not the next call's
+}
+
+bool capturing() {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    FG_CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
+    return status != cudaStreamCaptureStatusNone;
+}
+
+void launch_graph(void* graph) {
+    FG_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream()));
+}
+
+void destroy_graph(void* graph) noexcept {
+    if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+}
+
+void* pinned_malloc(std::size_t bytes) {
+    void* ptr = nullptr;
+    FG_CUDA_CHECK(cudaMallocHost(&ptr, bytes));
+    return ptr;
+}
+
+void pinned_free(void* ptr) noexcept {
+    if (ptr) cudaFreeHost(ptr);
+}
+
+void copy_pinned_to_device(void* dst, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    FG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+}
+
+void* event_create() {
+    cudaEvent_t event = nullptr;
+    FG_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return event;
+}
+
+void event_record(void* event) {
+    FG_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream()));
+}
+
+void event_synchronize(void* event) {
+    FG_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+void event_destroy(void* event) noexcept {
+    if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+namespace {
+const unsigned long long* g_philox_offset_base = nullptr;
+}  // namespace
+
+void set_philox_offset_base(const unsigned long long* base) { g_philox_offset_base = base; }
+const unsigned long long* philox_offset_base() { return g_philox_offset_base; }
+
 namespace {
 // Spins until the GPU's global timer (nanoseconds) has moved `ns` on.
 __global__ void busy_wait_kernel(unsigned long long ns) {

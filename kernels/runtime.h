@@ -91,6 +91,38 @@ void memset_device(void* dst, int byte, std::size_t bytes);
 // launches before its start event is reached and host-side launch cost is not timed.
 void busy_wait(double microseconds);
 
+// CUDA graphs. Between begin_capture and end_capture the stream's work is recorded, not run
+// (in relaxed capture mode, so that memory can still be allocated); end_capture returns
+// the instantiated graph (a cudaGraphExec_t, as an opaque pointer), which launch_graph queues on
+// the stream as one unit. abort_capture ends a capture that failed part way and discards it,
+// leaving the stream usable; it never throws.
+void begin_capture();
+void* end_capture();
+void abort_capture() noexcept;
+bool capturing();
+void launch_graph(void* graph);
+void destroy_graph(void* graph) noexcept;
+
+// Page-locked host memory: the source of copies that must not synchronise (copy_host_to_device
+// waits for its pageable copy; copy_pinned_to_device does not, so `src` must stay unchanged until
+// an event recorded after it has completed).
+void* pinned_malloc(std::size_t bytes);
+void pinned_free(void* ptr) noexcept;
+void copy_pinned_to_device(void* dst, const void* src, std::size_t bytes);
+// Events on the stream: record marks the point the stream has reached; synchronize waits for it.
+void* event_create();
+void event_record(void* event);
+void event_synchronize(void* event);
+void event_destroy(void* event) noexcept;
+
+// The dropout counters' device-side base. Kernels that draw dropout masks (dropout, the fused
+// attention's probabilities, cuDNN's seed) use the counter offset + *base when a base is set,
+// offset alone when it is null (the default). A captured training step sets it while it is
+// captured, so that the offsets baked into the graph are relative and one small kernel moves the
+// base on at every replay (train/cuda_graph.h).
+void set_philox_offset_base(const unsigned long long* base);
+const unsigned long long* philox_offset_base();
+
 // Kernels that find bad input (an index out of range) record the first such event here instead of
 // trapping; the host reads it at its next synchronisation and throws with the op's name.
 enum class DeviceErrorCode : int { none = 0, embedding_index = 1, cross_entropy_target = 2 };

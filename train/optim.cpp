@@ -69,33 +69,54 @@ AdamW::AdamW(std::vector<NamedParam> params, const AdamWOptions& options)
     }
 }
 
+kernels::AdamWStep AdamW::factors(double lr, bool decay, std::int64_t t) const {
+    return adamw_factors(lr, opt_, decay, t);
+}
+
+void AdamW::check_grad_scale(const Tensor& grad_scale) const {
+    if (!grad_scale.defined() || params_.empty()) return;
+    const Device device = params_[0].param->device();
+    FG_CHECK(grad_scale.numel() == 1 && grad_scale.device() == device &&
+                 (device != Device::cuda || grad_scale.dtype() == DType::f32),
+             "adamw", "the gradient scale must be one value on ", device_name(device),
+             (device == Device::cuda ? " (f32)" : ""), ", got ", shape_str(grad_scale.shape()),
+             " on ", device_name(grad_scale.device()));
+}
+
+std::vector<kernels::AdamWTensor> AdamW::cuda_tensors() {
+    std::vector<kernels::AdamWTensor> out;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        Tensor& p = *params_[i].param;
+        Tensor g = p.grad();
+        if (!g.defined() || !p.is_cuda()) continue;
+        FG_CHECK(g.shape() == p.shape() && g.device() == p.device() && g.dtype() == p.dtype(),
+                 "adamw", "gradient of '", params_[i].name, "' does not match its parameter");
+        out.push_back({p.data<float>(), g.data<float>(), m_[i].data<float>(),
+                       v_[i].data<float>(), p.numel(), static_cast<bool>(decay_[i])});
+    }
+    return out;
+}
+
 void AdamW::step(double lr, const Tensor& grad_scale) {
     NoGradGuard no_grad;
-    if (grad_scale.defined() && !params_.empty()) {  // checked before anything is updated
-        const Device device = params_[0].param->device();
-        FG_CHECK(grad_scale.numel() == 1 && grad_scale.device() == device &&
-                     (device != Device::cuda || grad_scale.dtype() == DType::f32),
-                 "adamw", "the gradient scale must be one value on ", device_name(device),
-                 (device == Device::cuda ? " (f32)" : ""), ", got ",
-                 shape_str(grad_scale.shape()), " on ", device_name(grad_scale.device()));
-    }
+    check_grad_scale(grad_scale);  // before anything is updated
     ++steps_;
     const kernels::AdamWStep decayed = adamw_factors(lr, opt_, true, steps_);
     const kernels::AdamWStep plain = adamw_factors(lr, opt_, false, steps_);
-    std::vector<kernels::AdamWTensor> on_cuda;  // one multi-tensor launch per kMaxTensorsPerLaunch
-    double coef = 1.0;                          // the CPU's grad_scale
+    // CUDA: one multi-tensor launch a kMaxTensorsPerLaunch parameters.
+    const std::vector<kernels::AdamWTensor> on_cuda = cuda_tensors();
+    if (!on_cuda.empty())
+        cuda_backend("adamw").adamw_multi_tensor(
+            on_cuda.data(), static_cast<int>(on_cuda.size()), decayed, plain,
+            grad_scale.defined() ? grad_scale.data<float>() : nullptr);
+    double coef = 1.0;  // the CPU's grad_scale
     bool coef_read = false;
     for (std::size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = *params_[i].param;
         Tensor g = p.grad();
-        if (!g.defined()) continue;
+        if (!g.defined() || p.is_cuda()) continue;
         FG_CHECK(g.shape() == p.shape() && g.device() == p.device() && g.dtype() == p.dtype(),
                  "adamw", "gradient of '", params_[i].name, "' does not match its parameter");
-        if (p.is_cuda()) {
-            on_cuda.push_back({p.data<float>(), g.data<float>(), m_[i].data<float>(),
-                               v_[i].data<float>(), p.numel(), static_cast<bool>(decay_[i])});
-            continue;
-        }
         if (grad_scale.defined() && !coef_read) {
             coef = grad_scale.item();  // a CPU tensor: no synchronisation
             coef_read = true;
@@ -109,10 +130,17 @@ void AdamW::step(double lr, const Tensor& grad_scale) {
                       p.numel(), s, static_cast<float>(coef));
         }
     }
+}
+
+void AdamW::step_on_device(const Tensor& grad_scale, const kernels::AdamWStep* current,
+                           const int* skip) {
+    NoGradGuard no_grad;
+    check_grad_scale(grad_scale);
+    const std::vector<kernels::AdamWTensor> on_cuda = cuda_tensors();
     if (!on_cuda.empty())
-        cuda_backend("adamw").adamw_multi_tensor(
-            on_cuda.data(), static_cast<int>(on_cuda.size()), decayed, plain,
-            grad_scale.defined() ? grad_scale.data<float>() : nullptr);
+        cuda_backend("adamw").adamw_multi_tensor_on_device(
+            on_cuda.data(), static_cast<int>(on_cuda.size()), current,
+            grad_scale.defined() ? grad_scale.data<float>() : nullptr, skip);
 }
 
 std::vector<std::pair<std::string, Tensor*>> AdamW::named_state() {

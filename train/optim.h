@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/optim.h"  // AdamWStep, AdamWTensor (plain C++)
 
 namespace fg {
 
@@ -59,7 +60,20 @@ public:
     std::vector<std::pair<std::string, Tensor*>> named_state() override;  // exp_avg, exp_avg_sq
     const char* name() const override { return "adamw"; }
 
+    // For a step captured in a CUDA graph (train/cuda_graph.h). The factors of update t (1 for
+    // the first) at learning rate lr, for parameters that decay or not: what step() passes.
+    kernels::AdamWStep factors(double lr, bool decay, std::int64_t t) const;
+    // The update of the CUDA parameters with the factors read on the device, current[0] for
+    // those that decay and current[1] for the rest, and nothing changed while *skip is set. The
+    // host's count of steps is not advanced (the graph's step counter is on the device).
+    void step_on_device(const Tensor& grad_scale, const kernels::AdamWStep* current,
+                        const int* skip);
+
 private:
+    // The parameters with a gradient, as the multi-tensor kernels take them (CUDA only).
+    std::vector<kernels::AdamWTensor> cuda_tensors();
+    void check_grad_scale(const Tensor& grad_scale) const;
+
     AdamWOptions opt_;
     std::vector<Tensor> m_, v_;
     std::vector<bool> decay_;
