@@ -206,3 +206,27 @@ TEST_CASE("a resume may change kernels.attention, and load_run reads a cudnn run
     LoadedModel loaded = load_run(dir, false, Device::cpu);
     require_attention(*loaded.model, AttentionBackend::automatic);
 }
+
+TEST_CASE("kernels.cuda_graph: the log says how steps run, and why not captured", "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings_graph";
+    auto first_line_about_steps = [&](const std::vector<std::string>& overrides) {
+        fs::remove_all(dir);
+        std::ostringstream log;
+        Trainer t(test::tiny_addition_run(dir, 2, overrides), log);
+        t.run();
+        const std::string text = log.str();
+        const auto at = text.find("\nsteps: ");
+        return at == std::string::npos ? std::string("(none)")
+                                       : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    };
+    CHECK(first_line_about_steps({}) ==
+          "steps: launched one kernel at a time (the run is on the CPU)");
+    CHECK(first_line_about_steps({"kernels.cuda_graph=false"}) ==
+          "steps: launched one kernel at a time (kernels.cuda_graph is false)");
+    CHECK(cuda_graph_unsupported(test::tiny_addition_run(dir, 2, {"optim.name=sgd"}),
+                                 Device::cuda, SGD({}, SGDOptions{})) ==
+          "optim.name sgd has no device-side update (adamw has): its steps run eagerly");
+    Tensor p = Tensor::zeros({2}).set_requires_grad(true);
+    AdamW adamw({{"p", &p}}, AdamWOptions{});
+    CHECK(cuda_graph_unsupported(test::tiny_addition_run(dir, 2), Device::cuda, adamw).empty());
+}

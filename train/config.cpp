@@ -166,6 +166,7 @@ const std::vector<Field>& schema() {
         field("train", "memory_check", &C::train, &C::Train::memory_check, "refuse a run whose estimated memory per step exceeds what its device has available"),
         field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"})),
         field("kernels", "attention", &C::kernels, &C::Kernels::attention, "attention kernels on CUDA: auto (cuDNN's flash attention where it can run, else fused), cudnn or fused", one_of({"auto", "cudnn", "fused"})),
+        field("kernels", "cuda_graph", &C::kernels, &C::Kernels::cuda_graph, "on CUDA, capture the whole training step once as a CUDA graph and replay it (no host synchronisation inside a step); where it cannot be captured, steps run one launch at a time and the log says why"),
 
     };
     return fields;

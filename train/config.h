@@ -51,6 +51,7 @@ struct Config {
     struct Kernels {
         std::string norm_reduction = "auto";
         std::string attention = "auto";  // auto, cudnn or fused (core/ops.h, AttentionBackend)
+        bool cuda_graph = true;  // capture the training step as a CUDA graph (train/cuda_graph.h)
     } kernels;
     // Notes for the user that are not errors (a deprecated key was read); the caller prints them.
     std::vector<std::string> warnings;

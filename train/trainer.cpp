@@ -252,7 +252,7 @@ const std::vector<std::string>& resumable_keys() {
         "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
         "train.device", "train.precision", "train.out_dir", "train.memory_check", "optim.lr", "optim.min_lr",
         "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction",
-        "kernels.attention"};
+        "kernels.attention", "kernels.cuda_graph"};
     return keys;
 }
 
@@ -451,22 +451,60 @@ double Trainer::train_step() {
         loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
     }
     GradNorm clip = grad_norm(model_->parameters(), c.optim.grad_clip);
-    const double loss_sum = loss_total.item();
-    // A non-finite loss (too high a learning rate, bad data) would turn every weight into NaN at
-    // the update below: stop before it, so the last checkpoint stays the last good state.
-    FG_CHECK(std::isfinite(loss_sum), "train", "the training loss at step ", step_ + 1, " is ",
-             loss_sum / static_cast<double>(c.train.grad_accum), " (optim.lr = ", c.optim.lr,
-             "); stopped before updating the weights, the last checkpoint in '", dir_,
-             "' is kept");
+    const double loss = loss_total.item() / static_cast<double>(c.train.grad_accum);
     const double norm = clip.norm.item();
+    check_finite(step_ + 1, loss, norm);
     double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
     opt_->step(lr, clip.coef);  // AdamW applies the clip factor inside its update
     ++step_;
-    double loss = loss_sum / static_cast<double>(c.train.grad_accum);
     losses_.push_back(loss);
     last_lr_ = lr;
     last_norm_ = norm;
     return loss;
+}
+
+void Trainer::check_finite(std::int64_t step, double loss, double norm) const {
+    // A non-finite loss or norm (too high a learning rate, bad data) would turn every weight
+    // into NaN at the update: stop before it, so the last checkpoint stays the last good state.
+    const bool loss_bad = !std::isfinite(loss);
+    FG_CHECK(!loss_bad && std::isfinite(norm), "train", "the ",
+             loss_bad ? "training loss" : "gradient norm", " at step ", step, " is ",
+             loss_bad ? loss : norm, " (optim.lr = ", cfg_.optim.lr,
+             "); stopped before updating the weights, the last checkpoint in '", dir_,
+             "' is kept");
+}
+
+bool Trainer::captured_step() {
+    try {
+        graph_->enqueue(*data_, data_gen_, step_);
+    } catch (const std::exception& e) {
+        log_ << "cuda_graph: the step could not be captured, steps run eagerly from here: "
+             << e.what() << "\n";
+        graph_.reset();
+        return false;
+    }
+    ++step_;
+    return true;
+}
+
+void Trainer::collect_captured_steps() {
+    const CapturedStep::Collected got = graph_->collect();
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - collected_at_).count() /
+                      static_cast<double>(std::max<std::size_t>(1, got.losses.size()));
+    collected_at_ = now;
+    const Config& c = cfg_;
+    for (std::size_t i = 0; i < got.losses.size(); ++i) {
+        const std::int64_t step = got.first_step + static_cast<std::int64_t>(i);
+        const double loss = got.losses[i], norm = got.norms[i];
+        if (step == got.halted_at) check_finite(step, loss, norm);  // throws
+        const double lr = cosine_lr(step - 1, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps,
+                                    c.train.steps);
+        losses_.push_back(loss);
+        last_lr_ = lr;
+        last_norm_ = norm;
+        report_step(step, loss, lr, norm, ms);
+    }
 }
 
 EvalResult Trainer::evaluate() { return evaluate_model(*model_, *data_, cfg_, device_); }
@@ -533,42 +571,76 @@ EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, De
     return r;
 }
 
+void Trainer::report_step(std::int64_t step, double loss, double lr, double norm, double ms) {
+    const Config& c = cfg_;
+    const std::int64_t tokens_per_step =
+        c.train.batch_size * c.train.grad_accum * data_->sequence_length();
+    const std::int64_t print_every = std::max<std::int64_t>(1, c.train.eval_interval / 5);
+    const double tps = tokens_per_step / (ms / 1000.0);
+    ms_average_ = ms_average_ == 0.0 ? ms : 0.9 * ms_average_ + 0.1 * ms;
+    // MFU: achieved model FLOP/s over the GPU's dense peak (absent on CPU or an unknown GPU).
+    const double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / (peak_tflops_ * 1e12) : -1.0;
+    const double peak_mib =
+        device_ == Device::cuda
+            ? memory_stats(Device::cuda).peak_bytes_in_use / (1024.0 * 1024.0) : -1.0;
+    nlohmann::ordered_json line{{"step", step},
+                                {"loss", rounded(loss, "%.6f")},
+                                {"lr", rounded(lr, "%.6g")},
+                                {"grad_norm", rounded(norm, "%.5f")},
+                                {"ms", rounded(ms, "%.2f")}};
+    // Tokens per second as a whole number (null for a step too short for the clock).
+    line["tokens_per_s"] = std::isfinite(tps) ? nlohmann::ordered_json(std::llround(tps))
+                                              : nlohmann::ordered_json();
+    if (mfu >= 0) line["mfu"] = rounded(mfu, "%.4f");
+    if (peak_mib >= 0) line["peak_mem_mib"] = rounded(peak_mib, "%.1f");
+    log_metrics(line.dump());
+    if (step % print_every == 0 || step == 1) {
+        log_ << (progress_bar_ ? "\r\x1b[K" : "") << "step " << step << "/" << c.train.steps
+             << "  loss " << fmt("%.4f", loss) << "  lr " << fmt("%.2e", lr) << "  |g| "
+             << fmt("%.3f", norm) << "  " << fmt("%.1f", ms) << " ms/step  " << fmt("%.0f", tps)
+             << " tok/s";
+        if (mfu >= 0) log_ << "  MFU " << fmt("%.1f", 100 * mfu) << "%";
+        if (peak_mib >= 0) log_ << "  peak " << fmt("%.0f", peak_mib) << " MiB";
+        log_ << "\n" << std::flush;
+    }
+}
+
 void Trainer::run(std::int64_t stop_at) {
     const Config& c = cfg_;
     const std::int64_t last = stop_at >= 0 ? std::min(stop_at, c.train.steps) : c.train.steps;
-    const std::int64_t tokens_per_step = c.train.batch_size * c.train.grad_accum * data_->sequence_length();
     const std::int64_t print_every = std::max<std::int64_t>(1, c.train.eval_interval / 5);
     const char* clear_bar = progress_bar_ ? "\r\x1b[K" : "";  // erase the bar before a log line
-    double ms_average = 0.0;  // smoothed ms/step for the bar's ETA
     if (device_ == Device::cuda) reset_peak_memory(Device::cuda);
+    // The first step of this call runs eagerly; the next is captured, when it can be.
+    const std::string no_graph = cuda_graph_unsupported(c, device_, *opt_);
+    if (step_ < last)
+        log_ << "steps: " << (no_graph.empty() ? "captured as one CUDA graph from the second "
+                                                 "step on (kernels.cuda_graph)"
+                                               : "launched one kernel at a time (" + no_graph + ")")
+             << "\n";
+    bool first = true;
     while (step_ < last && !stop_requested()) {
-        auto start = std::chrono::steady_clock::now();
-        double loss = train_step();
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        double tps = tokens_per_step / (ms / 1000.0);
-        ms_average = ms_average == 0.0 ? ms : 0.9 * ms_average + 0.1 * ms;
-        // MFU: achieved model FLOP/s over the GPU's dense peak (absent on CPU or an unknown GPU).
-        double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / (peak_tflops_ * 1e12) : -1.0;
-        double peak_mib = device_ == Device::cuda
-                              ? memory_stats(Device::cuda).peak_bytes_in_use / (1024.0 * 1024.0) : -1.0;
-        nlohmann::ordered_json line{{"step", step_},
-                                    {"loss", rounded(loss, "%.6f")},
-                                    {"lr", rounded(last_lr_, "%.6g")},
-                                    {"grad_norm", rounded(last_norm_, "%.5f")},
-                                    {"ms", rounded(ms, "%.2f")}};
-        // Tokens per second as a whole number (null for a step too short for the clock).
-        line["tokens_per_s"] = std::isfinite(tps) ? nlohmann::ordered_json(std::llround(tps))
-                                                  : nlohmann::ordered_json();
-        if (mfu >= 0) line["mfu"] = rounded(mfu, "%.4f");
-        if (peak_mib >= 0) line["peak_mem_mib"] = rounded(peak_mib, "%.1f");
-        log_metrics(line.dump());
-        if (step_ % print_every == 0 || step_ == 1) {
-            log_ << clear_bar << "step " << step_ << "/" << c.train.steps << "  loss " << fmt("%.4f", loss)
-                 << "  lr " << fmt("%.2e", last_lr_) << "  |g| " << fmt("%.3f", last_norm_) << "  "
-                 << fmt("%.1f", ms) << " ms/step  " << fmt("%.0f", tps) << " tok/s";
-            if (mfu >= 0) log_ << "  MFU " << fmt("%.1f", 100 * mfu) << "%";
-            if (peak_mib >= 0) log_ << "  peak " << fmt("%.0f", peak_mib) << " MiB";
-            log_ << "\n" << std::flush;
+        if (graph_) {
+            if (!captured_step()) continue;  // could not capture: this step again, eagerly
+            // The host meets the device where it logs, evaluates or saves, and every kWindow
+            // steps (the ring's length).
+            const bool meet = step_ % print_every == 0 || step_ % c.train.eval_interval == 0 ||
+                              step_ % c.train.checkpoint_interval == 0 || step_ == last ||
+                              graph_->pending() == CapturedStep::kWindow || stop_requested();
+            if (!meet) continue;
+            collect_captured_steps();
+        } else {
+            const auto start = std::chrono::steady_clock::now();
+            const double loss = train_step();
+            const auto end = std::chrono::steady_clock::now();
+            report_step(step_, loss, last_lr_, last_norm_,
+                        std::chrono::duration<double, std::milli>(end - start).count());
+            if (first && no_graph.empty()) {
+                graph_ = std::make_unique<CapturedStep>(*model_, static_cast<AdamW&>(*opt_), cfg_,
+                                                        data_->sequence_length());
+                collected_at_ = std::chrono::steady_clock::now();
+            }
+            first = false;
         }
         if (step_ % c.train.eval_interval == 0 || step_ == c.train.steps) {
             EvalResult e = evaluate();
@@ -593,10 +665,17 @@ void Trainer::run(std::int64_t stop_at) {
                  << ", val loss " << fmt("%.4f", e.val_loss);
             if (e.accuracy >= 0) log_ << ", held-out exact match " << fmt("%.1f", 100 * e.accuracy) << "%";
             log_ << (best ? " (best so far)" : "") << "\n" << std::flush;
+            if (graph_) collected_at_ = std::chrono::steady_clock::now();  // not a step's time
         }
-        if (step_ % c.train.checkpoint_interval == 0) save_checkpoint();
-        if (progress_bar_) log_ << "\r" << progress_line(step_, c.train.steps, loss, ms_average) << std::flush;
+        if (step_ % c.train.checkpoint_interval == 0) {
+            save_checkpoint();
+            if (graph_) collected_at_ = std::chrono::steady_clock::now();
+        }
+        if (progress_bar_ && !losses_.empty())
+            log_ << "\r" << progress_line(step_, c.train.steps, losses_.back(), ms_average_)
+                 << std::flush;
     }
+    if (graph_ && graph_->pending() > 0) collect_captured_steps();
     if (progress_bar_) log_ << clear_bar;
     if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
     write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),

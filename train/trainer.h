@@ -16,11 +16,13 @@
 // losses as an uninterrupted one.
 #pragma once
 
+#include <chrono>
 #include <iosfwd>
 #include <memory>
 #include <string>
 
 #include "config.h"
+#include "cuda_graph.h"
 #include "data.h"
 #include "models/gpt.h"
 #include "optim.h"
@@ -66,6 +68,17 @@ private:
     void write_run_files();  // config.yaml and vocab.txt
     void trim_metrics();     // metrics.jsonl without the lines of steps after step_
     double train_step();
+    // The step after step_ as a replay of the captured step (cuda_graph.h); false when it could
+    // not be captured (the log says why; from then on steps run eagerly).
+    bool captured_step();
+    // Waits for the captured steps queued since the last call and reports them (metrics, log),
+    // each with the mean time of the steps since then; stops on a non-finite loss or norm.
+    void collect_captured_steps();
+    // The metrics line of step `step`, and its log line when it is one the log prints.
+    void report_step(std::int64_t step, double loss, double lr, double norm, double ms);
+    // Stops the run, before the update of step `step`, when its loss or gradient norm is not
+    // finite (the last checkpoint stays the last good state).
+    void check_finite(std::int64_t step, double loss, double norm) const;
     void log_metrics(const std::string& json_line);
 
     Config cfg_;
@@ -85,6 +98,9 @@ private:
     bool progress_bar_ = false;
     double peak_tflops_ = 0.0;      // of this GPU for this config's matmul precision; 0: unknown
     double flops_per_token_ = 0.0;  // training FLOPs per token of this model
+    std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly
+    std::chrono::steady_clock::time_point collected_at_;  // of the last collect_captured_steps
+    double ms_average_ = 0.0;  // smoothed ms/step for the progress bar's ETA
 };
 
 // A trained model read back from a run directory (config.yaml, vocab.txt and model.safetensors,

@@ -1,0 +1,213 @@
+// tests/gpu/test_gpu_cuda_graph.cpp: the training step captured as a CUDA graph
+// (train/cuda_graph.h) against the same steps launched eagerly. With deterministic kernels
+// (kernels.norm_reduction grid, kernels.attention fused) the two give the same bits: every loss,
+// gradient norm and weight, over more steps than the factor table holds, with dropout,
+// micro-batches, evaluations and checkpoints between the replays, in f32 and bf16, and through a
+// stop and resume. cuDNN's attention (non-deterministic in its backward) agrees to rounding. A
+// NaN stops both at the same step with the same message, and a capture that fails leaves the
+// generators and the optimizer as they were.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "core/cuda_backend.h"
+#include "core/random.h"
+#include "train/cuda_graph.h"
+#include "train/trainer.h"
+#include "../test_helpers.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A folder of this process under /tmp (two test processes at once, a sanitizer's and a plain
+// one, must not share run directories).
+std::string tmp_dir(const std::string& name) {
+    return "/tmp/fg_" + std::to_string(static_cast<long>(::getpid())) + "_" + name;
+}
+
+// A small GPT trained `steps` steps in `dir` (removed first), with `extra` YAML lines.
+std::string graph_yaml(const std::string& dir, bool graph, const std::string& precision,
+                       const std::string& attention, std::int64_t steps,
+                       const std::string& extra = "") {
+    return "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 32, dropout: 0.1}\n"
+           "data: {kind: random_tokens, vocab_size: 96}\n"
+           "optim: {lr: 3.0e-3, warmup_steps: 5, grad_clip: 1.0, weight_decay: 0.1}\n"
+           "train: {steps: " + std::to_string(steps) + ", batch_size: 8, grad_accum: 2, "
+           "eval_interval: 25, eval_iters: 2, checkpoint_interval: 30, device: cuda, "
+           "precision: " + precision + ", out_dir: " + dir + "}\n"
+           "kernels: {norm_reduction: grid, attention: " + attention + ", cuda_graph: " +
+           (graph ? "true" : "false") + "}\n" + extra;
+}
+
+struct RunResult {
+    std::vector<double> losses;
+    std::vector<float> weights;  // every parameter, concatenated
+    std::string log;
+    std::vector<std::string> metrics;  // the per-step lines of metrics.jsonl, timing removed
+};
+
+std::vector<float> all_weights(GPT& model) {
+    std::vector<float> out;
+    for (Tensor* p : model.parameters()) {
+        std::vector<float> v = p->to_vector<float>();
+        out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+}
+
+// metrics.jsonl's step lines up to "ms" (what follows is timing and memory).
+std::vector<std::string> step_lines(const std::string& dir) {
+    std::ifstream in(dir + "/metrics.jsonl");
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+        const auto ms = line.find(",\"ms\"");
+        if (ms != std::string::npos) out.push_back(line.substr(0, ms));
+    }
+    return out;
+}
+
+RunResult train(const std::string& yaml, const std::string& dir) {
+    std::filesystem::remove_all(dir);
+    std::ostringstream log;
+    Trainer t(parse_config(yaml, "graph.yaml"), log);
+    t.run();
+    return {t.losses(), all_weights(t.model()), log.str(), step_lines(dir)};
+}
+
+}  // namespace
+
+TEST_CASE("a captured step gives the eager step's bits, over 70 steps in f32 and bf16",
+          "[gpu][train][cuda_graph]") {
+    REQUIRE(cuda_is_available());
+    for (const std::string precision : {"fp32", "bf16"}) {
+        INFO("precision " << precision);
+        const std::string eager_dir = tmp_dir("graph_eager"), graph_dir = tmp_dir("graph_captured");
+        RunResult eager = train(graph_yaml(eager_dir, false, precision, "fused", 70), eager_dir);
+        RunResult graph = train(graph_yaml(graph_dir, true, precision, "fused", 70), graph_dir);
+        INFO(graph.log);
+        CHECK(eager.log.find("launched one kernel at a time (kernels.cuda_graph is false)") !=
+              std::string::npos);
+        CHECK(graph.log.find("captured as one CUDA graph") != std::string::npos);
+        CHECK(graph.log.find("could not be captured") == std::string::npos);
+        REQUIRE(eager.losses.size() == 70);
+        REQUIRE(graph.losses.size() == 70);
+        CHECK(eager.losses.back() < eager.losses.front());
+        CHECK(graph.losses == eager.losses);
+        CHECK(graph.weights == eager.weights);
+        CHECK(graph.metrics == eager.metrics);  // step, loss, lr and gradient norm of every step
+        REQUIRE(graph.metrics.size() == 70);
+    }
+}
+
+TEST_CASE("a captured run stopped and resumed continues exactly", "[gpu][train][cuda_graph]") {
+    REQUIRE(cuda_is_available());
+    const std::string whole_dir = tmp_dir("graph_whole"), split_dir = tmp_dir("graph_split");
+    RunResult whole = train(graph_yaml(whole_dir, true, "bf16", "fused", 45), whole_dir);
+    std::filesystem::remove_all(split_dir);
+    std::ostringstream log;
+    {
+        Trainer first(parse_config(graph_yaml(split_dir, true, "bf16", "fused", 45), "g.yaml"),
+                      log);
+        first.run(20);
+        REQUIRE(first.step() == 20);
+    }
+    std::unique_ptr<Trainer> rest = Trainer::resume(split_dir, {}, log);
+    rest->run();
+    INFO(log.str());
+    REQUIRE(rest->step() == 45);
+    CHECK(all_weights(rest->model()) == whole.weights);
+    CHECK(step_lines(split_dir) == whole.metrics);
+}
+
+TEST_CASE("a captured step with cuDNN's attention agrees with the eager one to rounding",
+          "[gpu][train][cuda_graph][attention]") {
+    REQUIRE(cuda_is_available());
+    if (!cudnn_attention_unsupported(Device::cuda, DType::bf16, 16).empty()) {
+        WARN("cuDNN's attention cannot run here: not tested");
+        return;
+    }
+    const std::string eager_dir = tmp_dir("graph_cudnn_eager"), graph_dir = tmp_dir("graph_cudnn");
+    RunResult eager = train(graph_yaml(eager_dir, false, "bf16", "cudnn", 40), eager_dir);
+    RunResult graph = train(graph_yaml(graph_dir, true, "bf16", "cudnn", 40), graph_dir);
+    INFO(graph.log);
+    CHECK(graph.log.find("could not be captured") == std::string::npos);
+    REQUIRE(graph.losses.size() == 40);
+    double worst = 0.0;
+    for (std::size_t i = 0; i < 40; ++i)
+        worst = std::max(worst, std::abs(graph.losses[i] - eager.losses[i]));
+    CHECK(worst < 2e-3);
+    CHECK(graph.losses.back() < graph.losses.front());
+}
+
+TEST_CASE("a non-finite loss stops a captured run at the eager run's step, with its message",
+          "[gpu][train][cuda_graph]") {
+    REQUIRE(cuda_is_available());
+    // A learning rate far too high: the loss overflows within a few steps.
+    auto failure = [&](bool graph) -> std::string {
+        const std::string dir = tmp_dir("graph_nan");
+        std::filesystem::remove_all(dir);
+        Config c = parse_config(graph_yaml(dir, graph, "fp32", "fused", 40), "nan.yaml");
+        c.optim.lr = 1e6;
+        c.optim.warmup_steps = 0;
+        c.optim.grad_clip = 0.0;
+        std::ostringstream log;
+        Trainer t(c, log);
+        try {
+            t.run();
+        } catch (const std::exception& e) {
+            return e.what();
+        }
+        return "no error";
+    };
+    const std::string eager = failure(false), graph = failure(true);
+    INFO("eager: " << eager << "\ncaptured: " << graph);
+    CHECK(eager.find("stopped before updating the weights") != std::string::npos);
+    CHECK(graph == eager);
+}
+
+TEST_CASE("a capture that fails leaves the generators and the optimizer as they were",
+          "[gpu][train][cuda_graph]") {
+    REQUIRE(cuda_is_available());
+    Config c = parse_config(graph_yaml(tmp_dir("graph_fail"), true, "bf16", "fused", 10),
+                            "fail.yaml");
+    Generator init(1);
+    GPTConfig g;
+    g.vocab_size = 96;
+    g.block_size = 32;
+    g.n_layer = 2;
+    g.n_head = 4;
+    g.n_embd = 64;
+    g.dropout = 0.1;
+    g.compute_dtype = DType::bf16;
+    GPT model(g, init, Device::cuda);
+    std::vector<NamedParam> params;
+    for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
+    AdamW opt(params, AdamWOptions{});
+    // Sequences longer than the model's block: its forward throws, part way through the
+    // capture.
+    RandomTokenData data(96, 64);
+    Generator data_gen(5);
+    default_generator().set_state(7, 44);
+    CapturedStep step(model, opt, c, 64);
+    REQUIRE_THROWS_WITH(step.enqueue(data, data_gen, 0),
+                        Contains("sequence length 64"));
+    CudaBackend& cuda = cuda_backend("test");
+    CHECK_FALSE(cuda.capturing());
+    CHECK(data_gen.seed() == 5);
+    CHECK(data_gen.offset() == 0);
+    CHECK(default_generator().seed() == 7);
+    CHECK(default_generator().offset() == 44);
+    CHECK(opt.steps() == 0);
+    CHECK(step.pending() == 0);
+    // The stream still works: an eager step runs.
+    RandomTokenData fitting(96, 32);
+    Batch b = fitting.batch(Split::train, 8, data_gen, Device::cuda);
+    Tensor loss = model.loss(model.forward(b.inputs), b.targets);
+    loss.backward();
+    opt.step(1e-3);
+    CHECK(std::isfinite(loss.item()));
+}

@@ -1,0 +1,203 @@
+// train/cuda_graph.cpp: see cuda_graph.h.
+#include "cuda_graph.h"
+
+#include <cstring>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace fg {
+namespace {
+
+constexpr std::uint64_t round_up4(std::uint64_t n) { return (n + 3) / 4 * 4; }
+constexpr std::size_t round_up16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
+
+std::string cuda_graph_unsupported(const Config& c, Device device, const Optimizer& opt) {
+    if (!c.kernels.cuda_graph) return "kernels.cuda_graph is false";
+    if (device != Device::cuda) return "the run is on the CPU";
+    if (dynamic_cast<const AdamW*>(&opt) == nullptr)
+        return std::string("optim.name ") + opt.name() +
+               " has no device-side update (adamw has): its steps run eagerly";
+    return "";
+}
+
+CapturedStep::CapturedStep(GPT& model, AdamW& opt, const Config& config, std::int64_t seq_len)
+    : model_(model), opt_(opt), config_(config), batch_tokens_(config.train.batch_size * seq_len) {
+    CudaBackend& cuda = cuda_backend("cuda_graph");
+    const std::int64_t accum = config.train.grad_accum;
+    for (std::int64_t i = 0; i < accum; ++i) {
+        inputs_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
+        targets_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
+    }
+    const std::size_t staged = static_cast<std::size_t>(2 * accum * batch_tokens_) * sizeof(std::int32_t);
+    for (int slot = 0; slot < 2; ++slot) {
+        pinned_[slot] = static_cast<std::int32_t*>(cuda.pinned_malloc(staged));
+        pinned_ready_[slot] = cuda.event_create();
+    }
+    const std::size_t state_bytes = round_up16(sizeof(kernels::StepState));
+    const std::size_t ring_bytes = round_up16(kWindow * sizeof(kernels::StepRecord));
+    const std::size_t table_bytes = round_up16(2 * kWindow * sizeof(kernels::AdamWStep));
+    device_bytes_ = state_bytes + ring_bytes + table_bytes + 2 * sizeof(kernels::AdamWStep);
+    device_block_ = allocate_bytes(Device::cuda, device_bytes_);
+    char* at = static_cast<char*>(device_block_);
+    state_ = reinterpret_cast<kernels::StepState*>(at);
+    ring_ = reinterpret_cast<kernels::StepRecord*>(at + state_bytes);
+    table_ = reinterpret_cast<kernels::AdamWStep*>(at + state_bytes + ring_bytes);
+    current_ = reinterpret_cast<kernels::AdamWStep*>(at + state_bytes + ring_bytes + table_bytes);
+}
+
+CapturedStep::~CapturedStep() {
+    CudaBackend* cuda = cuda_backend_or_null();
+    if (!cuda) return;
+    try {
+        cuda->synchronize();  // the last replay and copies are done with what is freed below
+    } catch (...) {
+        // A device error is reported by whoever synchronises next; freeing goes on.
+    }
+    cuda->destroy_graph(graph_);
+    if (pool_ != 0) release_graph_pool(pool_);
+    for (int slot = 0; slot < 2; ++slot) {
+        cuda->pinned_free(pinned_[slot]);
+        cuda->event_destroy(pinned_ready_[slot]);
+    }
+    free_bytes(Device::cuda, device_block_, device_bytes_);
+}
+
+void CapturedStep::refill_table(std::int64_t first_step) {
+    CudaBackend& cuda = cuda_backend("cuda_graph");
+    cuda.synchronize();  // queued replays may still read the table
+    const Config& c = config_;
+    std::vector<kernels::AdamWStep> table(2 * kWindow);
+    for (std::int64_t s = first_step + 1; s <= first_step + kWindow; ++s) {
+        // Step s (1-based) is the optimizer's update t = s; its learning rate is the schedule's
+        // at iteration s - 1, as in the eager step.
+        const double lr = cosine_lr(s - 1, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps,
+                                    c.train.steps);
+        const std::size_t slot = static_cast<std::size_t>((s - 1) % kWindow);
+        table[2 * slot] = opt_.factors(lr, true, s);
+        table[2 * slot + 1] = opt_.factors(lr, false, s);
+    }
+    cuda.copy_host_to_device(table_, table.data(), table.size() * sizeof(kernels::AdamWStep));
+    table_first_ = first_step;
+}
+
+void CapturedStep::captured_body() {
+    const std::int64_t accum = config_.train.grad_accum;
+    model_.train(true);
+    opt_.zero_grad();
+    Tensor loss_total;
+    for (std::int64_t micro = 0; micro < accum; ++micro) {
+        Tensor loss = model_.loss(model_.forward(inputs_[micro]), targets_[micro]);
+        scale(loss, 1.0 / static_cast<double>(accum)).backward();
+        loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
+    }
+    NoGradGuard no_grad;
+    if (loss_total.dtype() != DType::f32) loss_total = cast(loss_total, DType::f32);
+    const GradNorm clip = grad_norm(model_.parameters(), config_.optim.grad_clip);
+    CudaBackend& cuda = cuda_backend("cuda_graph");
+    cuda.step_begin(state_, loss_total.data<float>(), clip.norm.data<float>(), ring_, table_,
+                    kWindow, current_);
+    opt_.step_on_device(clip.coef, current_, &state_->skip);
+    // The dropout counters this step drew (relative to the base: see capture()), rounded up to
+    // a multiple of 4 as the next eager draw would round its offset.
+    philox_per_step_ = round_up4(default_generator().offset());
+    cuda.step_end(state_, philox_per_step_);
+}
+
+void CapturedStep::capture() {
+    CudaBackend& cuda = cuda_backend("cuda_graph");
+    Generator& dropout = default_generator();
+    const std::uint64_t seed = dropout.seed(), base = round_up4(dropout.offset());
+    const kernels::StepState start{opt_.steps(), base, 0, 0, 0};
+    cuda.copy_host_to_device(state_, &start, sizeof start);
+    // While captured, the dropout generator counts from 0 and the kernels add the device's base.
+    dropout.set_state(seed, 0);
+    cuda.set_philox_offset_base(&state_->philox_base);
+    pool_ = create_graph_pool();
+    try {
+        GraphMemoryScope memory(pool_);
+        cuda.begin_capture();
+        captured_body();
+        graph_ = cuda.end_capture();
+    } catch (...) {
+        cuda.abort_capture();
+        cuda.set_philox_offset_base(nullptr);
+        dropout.set_state(seed, base);
+        opt_.zero_grad();  // the gradients the capture left belong to its pool
+        cuda.synchronize();
+        release_graph_pool(pool_);
+        pool_ = 0;
+        throw;
+    }
+    cuda.set_philox_offset_base(nullptr);
+    dropout.set_state(seed, base);
+}
+
+void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_t done) {
+    FG_CHECK(pending_ < kWindow, "cuda_graph", "internal error: ", pending_,
+             " steps queued without collect()");
+    CudaBackend& cuda = cuda_backend("cuda_graph");
+    if (table_first_ < 0 || done < table_first_ || done >= table_first_ + kWindow)
+        refill_table(done);
+    // Stage the batches: drawn on the host exactly as the eager step draws them.
+    const Generator data_before = data_gen;
+    const int slot = static_cast<int>(done % 2);
+    cuda.event_synchronize(pinned_ready_[slot]);  // its previous copy has run
+    std::int32_t* host = pinned_[slot];
+    const std::int64_t accum = config_.train.grad_accum;
+    const std::size_t bytes = static_cast<std::size_t>(batch_tokens_) * sizeof(std::int32_t);
+    for (std::int64_t micro = 0; micro < accum; ++micro) {
+        Batch b = data.batch(Split::train, config_.train.batch_size, data_gen, Device::cpu);
+        std::memcpy(host + (2 * micro) * batch_tokens_, b.inputs.data<std::int32_t>(), bytes);
+        std::memcpy(host + (2 * micro + 1) * batch_tokens_, b.targets.data<std::int32_t>(), bytes);
+    }
+    for (std::int64_t micro = 0; micro < accum; ++micro) {
+        cuda.copy_pinned_to_device(inputs_[micro].raw_data(), host + (2 * micro) * batch_tokens_, bytes);
+        cuda.copy_pinned_to_device(targets_[micro].raw_data(), host + (2 * micro + 1) * batch_tokens_,
+                                   bytes);
+    }
+    cuda.event_record(pinned_ready_[slot]);
+    if (!graph_) {
+        try {
+            capture();
+        } catch (...) {
+            data_gen = data_before;
+            throw;
+        }
+    }
+    cuda.launch_graph(graph_);
+    if (pending_ == 0) first_pending_ = done + 1;
+    ++pending_;
+}
+
+CapturedStep::Collected CapturedStep::collect() {
+    Collected out;
+    if (pending_ == 0) return out;
+    CudaBackend& cuda = cuda_backend("cuda_graph");
+    kernels::StepState state{};
+    std::vector<kernels::StepRecord> ring(kWindow);
+    cuda.copy_device_to_host(&state, state_, sizeof state);  // waits for the queued steps
+    cuda.copy_device_to_host(ring.data(), ring_, ring.size() * sizeof(kernels::StepRecord));
+    const std::int64_t last = first_pending_ + pending_ - 1;
+    out.first_step = first_pending_;
+    out.halted_at = state.halted_at;
+    for (std::int64_t s = first_pending_; s <= last; ++s) {
+        if (state.halted_at != 0 && s > state.halted_at) break;
+        const kernels::StepRecord& r = ring[static_cast<std::size_t>((s - 1) % kWindow)];
+        // The mean as the eager step computes it: the float sum, divided in double.
+        out.losses.push_back(static_cast<double>(r.loss_sum) /
+                             static_cast<double>(config_.train.grad_accum));
+        out.norms.push_back(r.norm);
+    }
+    opt_.set_steps(state.step);
+    default_generator().set_state(default_generator().seed(), state.philox_base);
+    pending_ = 0;
+    return out;
+}
+
+}  // namespace fg

@@ -1,0 +1,105 @@
+// train/cuda_graph.h: the whole training step captured once as a CUDA graph and replayed.
+//
+// One step is hundreds of launches (every op of the forward and backward of each micro-batch, the
+// gradient norm, AdamW). Launched one by one, the GPU waits whenever the host falls behind, and
+// small models spend much of a step waiting. A CUDA graph records the launches once; each replay
+// queues them all with one call. For that, nothing a replay needs may come from the host in the
+// middle of a step, and every address the graph was captured with must mean the same at every
+// replay. What changes from step to step, and how a replay sees it:
+//   the batch            copied from page-locked host memory into fixed device buffers, in
+//                        stream order, before the replay (two host buffers, so the host fills
+//                        the next while the last copy may still be queued);
+//   lr, AdamW's factors  a device table of the next kWindow steps' factors, the floats an eager
+//                        step would pass (AdamW::factors), indexed on the device by the step
+//                        counter; the host refills it every kWindow steps;
+//   dropout masks        the kernels add a device-side base to their Philox counters while
+//                        captured (kernels/runtime.h, philox_offset_base); the graph's last
+//                        kernel moves the base on by the step's counters;
+//   loss, gradient norm  written to a ring on the device, which the host reads when it logs
+//                        (at least every kWindow steps): the only synchronisation;
+//   a non-finite loss    the device records the step, and the update of that step and of every
+//   or norm              later one changes nothing; the host stops at its next read, naming it;
+//   memory               a private pool (core/allocator.h, GraphMemoryScope): the blocks the
+//                        graph uses are never handed to anything else.
+// The first step of a run (or of a resumed run) runs eagerly: it creates the libraries' handles
+// and plans and fills the allocator's cache, so that the capture of the next step needs neither.
+// Captured or not, a step does the same arithmetic: tests/gpu/test_gpu_cuda_graph.cpp compares
+// the two bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "core/random.h"
+#include "data.h"
+#include "kernels/optim.h"  // StepState, StepRecord, AdamWStep (plain C++)
+#include "models/gpt.h"
+#include "optim.h"
+
+namespace fg {
+
+// Why this run's steps cannot be captured ("" when they can): the reason the log gives.
+std::string cuda_graph_unsupported(const Config& config, Device device, const Optimizer& opt);
+
+class CapturedStep {
+public:
+    // Steps between two reads of the ring by the host, at most (and the factor table's length).
+    static constexpr int kWindow = 64;
+
+    // For `model` trained by `opt` (AdamW, on CUDA) on batches of config.train.batch_size x
+    // seq_len tokens, config.train.grad_accum of them a step. Allocates the fixed buffers; the
+    // graph is captured at the first enqueue.
+    CapturedStep(GPT& model, AdamW& opt, const Config& config, std::int64_t seq_len);
+    ~CapturedStep();
+    CapturedStep(const CapturedStep&) = delete;
+    CapturedStep& operator=(const CapturedStep&) = delete;
+
+    // Queues the step after `done` steps: draws its batches from `data` with `data_gen`, stages
+    // them and replays the graph (capturing it first, the first time). Nothing waits for the GPU
+    // except, every kWindow steps, the refill of the factor table. Throws when the capture fails:
+    // then the generators and the optimizer are as they were before the call, and the caller
+    // runs the step eagerly instead.
+    void enqueue(const Dataset& data, Generator& data_gen, std::int64_t done);
+
+    // Waits for the queued steps and returns their losses and norms in order (then forgets
+    // them); the optimizer's step count and the dropout generator are brought up to date.
+    // `halted_at` is 0, or the first step whose loss or norm was not finite (the last returned).
+    struct Collected {
+        std::vector<double> losses, norms;  // of each step: the mean loss, the gradient norm
+        std::int64_t first_step = 0;        // the step of losses[0]
+        std::int64_t halted_at = 0;
+    };
+    Collected collect();
+    int pending() const { return pending_; }
+
+private:
+    void capture();
+    void captured_body();  // the step itself, as the graph records it
+    void refill_table(std::int64_t first_step);
+
+    GPT& model_;
+    AdamW& opt_;
+    const Config& config_;
+    std::int64_t batch_tokens_;  // B x T of one micro-batch
+    std::vector<Tensor> inputs_, targets_;  // fixed device buffers, one pair a micro-batch
+    std::int32_t* pinned_[2] = {nullptr, nullptr};  // inputs then targets of every micro-batch
+    void* pinned_ready_[2] = {nullptr, nullptr};    // events: the slot's last copy has run
+    // Device memory of fixed address: the state, the ring, the factor table and the current
+    // step's factors (one allocation, carved up).
+    void* device_block_ = nullptr;
+    std::size_t device_bytes_ = 0;
+    kernels::StepState* state_ = nullptr;
+    kernels::StepRecord* ring_ = nullptr;
+    kernels::AdamWStep* table_ = nullptr;
+    kernels::AdamWStep* current_ = nullptr;
+    std::int64_t table_first_ = -1;  // the table holds steps table_first_ + 1 .. + kWindow
+    void* graph_ = nullptr;          // the executable graph
+    int pool_ = 0;                   // its memory pool
+    std::uint64_t philox_per_step_ = 0;
+    std::int64_t first_pending_ = 0;  // the step of the oldest record not yet collected
+    int pending_ = 0;
+};
+
+}  // namespace fg
