@@ -1,10 +1,10 @@
 """tests/python/test_gpu.py: the kernels through the PyTorch package on a GPU (marked `gpu`: skipped
 without one, unless $FUSEGRAD_REQUIRE_GPU is set).
 
-Every result is checked against float64 math on the same rounded inputs (the kernels do not take
-float64, so torch.autograd.gradcheck cannot run on them; the float64 reference stands in): the
-forward against the formulas of kernels/norm.h, the gradients against torch.autograd through
-those formulas. Then: the modules beside torch.nn's, replace_norms, PyTorch's current stream, CUDA
+Every result is checked against torch.nn.functional in float64 on the same rounded inputs (the
+kernels do not take float64, so torch.autograd.gradcheck cannot run on them; the float64
+reference stands in): F.layer_norm / F.rms_norm for the forward, torch.autograd through them for
+the gradients. Then: the modules beside torch.nn's, replace_norms, PyTorch's current stream, CUDA
 graph capture, torch.library.opcheck on CUDA tensors, torch.compile with fullgraph=True (static,
 dynamic and reduce-overhead), the reductions' determinism, and the errors only a GPU can show.
 
@@ -61,29 +61,24 @@ def make(shape, dtype, scale=1.0, shift=0.0, grad=True):
 
 
 def reference(kind, x, weight, bias, eps, residual, zero_centered):
-    """float64 forward from the kernels' inputs: returns (y, h, h64), h64 the float64 leaf the
-    gradients are taken at (h = x + residual rounded to x's dtype, as the kernels store it)."""
+    """torch.nn.functional in float64 on the kernels' inputs: returns (y, h, h64, w64, b64), h64
+    (and w64, b64) the float64 leaves the gradients are taken at, h = x + residual rounded to x's
+    dtype as the kernels store it (x itself without a residual)."""
     if residual is not None:
         h = (x.detach().float() + residual.detach().float()).to(x.dtype)
     else:
         h = x.detach()
     h64 = h.double().requires_grad_()
     n = x.shape[-1]
+    w64 = weight.detach().double().requires_grad_() if weight is not None else None
+    b64 = bias.detach().double().requires_grad_() if bias is not None else None
+    scale = (1.0 + w64 if zero_centered else w64) if w64 is not None else None
     if kind == "layer":
-        mu = h64.mean(-1, keepdim=True)
-        var = ((h64 - mu) ** 2).mean(-1, keepdim=True)
-        xhat = (h64 - mu) / torch.sqrt(var + eps)
+        y = F.layer_norm(h64, (n,), scale, b64, eps)
     else:
-        xhat = h64 / torch.sqrt((h64 * h64).mean(-1, keepdim=True) + eps)
-    w64 = b64 = None
-    y = xhat
-    if weight is not None:
-        w64 = weight.detach().double().requires_grad_()
-        y = y * ((1.0 + w64) if zero_centered else w64)
-    if bias is not None:
-        b64 = bias.detach().double().requires_grad_()
-        y = y + b64
-    assert y.shape[-1] == n
+        y = F.rms_norm(h64, (n,), scale, eps)
+        if b64 is not None:
+            y = y + b64
     return y, h, h64, w64, b64
 
 
