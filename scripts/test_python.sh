@@ -33,7 +33,8 @@ if [ -z "$py" ]; then
 fi
 lib=$build/capi/libfusegrad_norm.so
 if [ -f "$lib" ]; then
-    export FUSEGRAD_NORM_LIBRARY=$PWD/$lib
+    FUSEGRAD_NORM_LIBRARY=$(realpath "$lib")
+    export FUSEGRAD_NORM_LIBRARY
 else
     echo "no $lib: the tests of the C ABI are skipped"
     unset FUSEGRAD_NORM_LIBRARY
