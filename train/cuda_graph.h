@@ -73,6 +73,7 @@ public:
     };
     Collected collect();
     int pending() const { return pending_; }
+    bool captured() const { return graph_ != nullptr; }
 
 private:
     void capture();

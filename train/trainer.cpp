@@ -478,6 +478,7 @@ bool Trainer::captured_step() {
     try {
         graph_->enqueue(*data_, data_gen_, step_);
     } catch (const std::exception& e) {
+        if (graph_->captured()) throw;  // a replay's error is the run's, not a reason to fall back
         log_ << "cuda_graph: the step could not be captured, steps run eagerly from here: "
              << e.what() << "\n";
         graph_.reset();
@@ -636,8 +637,13 @@ void Trainer::run(std::int64_t stop_at) {
             report_step(step_, loss, last_lr_, last_norm_,
                         std::chrono::duration<double, std::milli>(end - start).count());
             if (first && no_graph.empty()) {
-                graph_ = std::make_unique<CapturedStep>(*model_, static_cast<AdamW&>(*opt_), cfg_,
-                                                        data_->sequence_length());
+                try {
+                    graph_ = std::make_unique<CapturedStep>(
+                        *model_, static_cast<AdamW&>(*opt_), cfg_, data_->sequence_length());
+                } catch (const std::exception& e) {
+                    log_ << "cuda_graph: no room for the captured step's buffers, steps run "
+                            "eagerly: " << e.what() << "\n";
+                }
                 collected_at_ = std::chrono::steady_clock::now();
             }
             first = false;
