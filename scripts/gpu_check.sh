@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
-# under $OUT (or ./gpu-out). Usage: scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|all]...
+# under $OUT (or ./gpu-out). Usage:
+#   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|breakdown|all]...
+#   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
+#   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
 #   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
 #   TORCH_MODES says e.g. "bf16 bf16:compile fp32"), for SHAKESPEARE_STEPS steps (default: the
@@ -95,6 +98,46 @@ import json, sys
 rows = [json.loads(l) for l in sys.stdin]
 print(" ".join("%d:%.4f" % (r["step"], r["val_loss"]) for r in rows), " best %.4f" % min(r["val_loss"] for r in rows))')"
             done | tee "$out/seeds.txt"
+            ;;&
+        gpt2)
+            # GPT-2 small (configs/gpt2_124m.yaml) on random tokens, no files needed: fusegrad with
+            # the captured step and without, at 16 x 1024 (and GPT2_BATCHES more, e.g. "64"), then
+            # PyTorch bf16 + torch.compile at 16 x 1024; median over steps 11-40.
+            g="--set data.kind=random_tokens --set train.grad_accum=1 --set train.eval_interval=100000"
+            g="$g --set train.checkpoint_interval=100000"
+            for run in 16:true 16:false $(for b in ${GPT2_BATCHES:-}; do echo "$b:true"; done); do
+                b=${run%%:*} graph=${run##*:} dir=/tmp/fg-gpt2-$b-$graph
+                rm -rf "$dir"
+                build-gpu/train/fusegrad train configs/gpt2_124m.yaml $g --set train.batch_size="$b" \
+                    --set kernels.cuda_graph="$graph" --set train.out_dir="$dir" --max-steps 40 \
+                    > "$out/gpt2_${b}_$graph.log" 2>&1 || status=1
+                python3 - "$dir/metrics.jsonl" "fusegrad $b x 1024, cuda_graph=$graph" <<'PY' || status=1
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"ms"' in l]
+late = [r for r in rows if r["step"] > 10]
+print("%s: %.2f ms/step, %d tokens/s, MFU %.1f%%, peak %.0f MiB" % (sys.argv[2],
+      statistics.median(r["ms"] for r in late), statistics.median(r["tokens_per_s"] for r in late),
+      100 * statistics.median(r["mfu"] for r in late), late[-1]["peak_mem_mib"]))
+PY
+            done
+            python3 bench/train_torch.py configs/gpt2_124m.yaml /tmp/fg-gpt2-torch --mode bf16 --compile \
+                --steps 40 --eval-iters 1 $g > "$out/gpt2_torch_compile.log" 2>&1 || status=1
+            tail -1 "$out/gpt2_torch_compile.log"
+            ;;&
+        breakdown)
+            # Nsight Compute's time for every kernel of two GPT-2 small steps (16 x 1024, launched
+            # eagerly so that each kernel is seen as the step launches it), summed by kernel name.
+            # The window skips the first steps' launches (BREAKDOWN_SKIP) and spans about two steps.
+            rm -rf /tmp/fg-breakdown
+            ncu --metrics gpu__time_duration.sum --csv --print-units base \
+                --launch-skip "${BREAKDOWN_SKIP:-2200}" --launch-count "${BREAKDOWN_COUNT:-1500}" \
+                build-gpu/train/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
+                --set train.grad_accum=1 --set kernels.cuda_graph=false --set train.eval_interval=100000 \
+                --set train.out_dir=/tmp/fg-breakdown --max-steps 6 > "$out/breakdown.csv" \
+                2> "$out/breakdown.err" || status=1
+            # AdamW: one launch a kMaxTensorsPerLaunch (24) of GPT-2's 148 parameter tensors.
+            python3 bench/kernel_times.py "$out/breakdown.csv" --top 30 --per-step-kernel adamw_kernel \
+                --per-step-count 7 | tee "$out/breakdown.md"
             ;;&
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.
