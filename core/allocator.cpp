@@ -72,6 +72,7 @@ public:
             else free_[size].push_back(ptr);
         } catch (...) {  // no memory for the free list: give the block back instead
             if (CudaBackend* cuda = cuda_backend_or_null()) cuda->free(ptr);
+            graph_owner_.erase(ptr);
             stats_.bytes_reserved -= size;
         }
     }
@@ -83,7 +84,10 @@ public:
 
     MemoryStats stats() {
         std::lock_guard<std::mutex> lock(mutex_);
-        return stats_;
+        MemoryStats out = stats_;
+        for (const auto& [id, lists] : graph_free_)
+            for (const auto& [size, blocks] : lists) out.graph_pool_free_bytes += size * blocks.size();
+        return out;
     }
 
     void reset_peak() {
@@ -119,9 +123,15 @@ public:
 
 private:
     [[noreturn]] void out_of_memory(std::size_t size, const char* when) {
+        std::size_t kept = 0;  // free, but kept for CUDA graphs
+        for (const auto& [id, lists] : graph_free_)
+            for (const auto& [bytes, blocks] : lists) kept += bytes * blocks.size();
         fail("allocator", "out of ", device_name(device_), " memory", when, ": asked for ",
              format_bytes(size), " with ", format_bytes(stats_.bytes_in_use), " in use and ",
-             format_bytes(stats_.bytes_reserved), " reserved");
+             format_bytes(stats_.bytes_reserved), " reserved",
+             kept ? " (of which " + format_bytes(kept) + " is kept for a captured CUDA graph's "
+                    "step: kernels.cuda_graph=false leaves it to the rest of the run)"
+                  : std::string());
     }
 
     // A block of `size` for the active graph pool: its own free block, else one of the shared
@@ -203,7 +213,8 @@ void reset_peak_memory(Device device) { pool(device).reset_peak(); }
 std::size_t available_memory(Device device) {
     if (device == Device::cuda) {
         MemoryStats s = memory_stats(device);
-        return cuda_backend("memory").free_bytes() + (s.bytes_reserved - s.bytes_in_use);
+        return cuda_backend("memory").free_bytes() +
+               (s.bytes_reserved - s.bytes_in_use - s.graph_pool_free_bytes);
     }
     // /proc/meminfo's "MemAvailable:   123456 kB" (Linux); elsewhere the free physical pages.
     std::ifstream meminfo("/proc/meminfo");

@@ -21,6 +21,7 @@ struct MemoryStats {
     std::size_t allocations = 0;        // allocate() calls
     std::size_t cache_hits = 0;         // allocate() calls served from the cache
     std::size_t device_allocations = 0; // fresh blocks from the underlying malloc / cudaMalloc
+    std::size_t graph_pool_free_bytes = 0;  // cached, unused, but kept for CUDA graphs' pools
 };
 
 void* allocate_bytes(Device device, std::size_t bytes);
@@ -31,7 +32,7 @@ void free_bytes(Device device, void* ptr, std::size_t bytes) noexcept;
 MemoryStats memory_stats(Device device);
 // What a new allocation on `device` can still get: on the CPU the kernel's MemAvailable (free
 // memory plus reclaimable caches); on CUDA the driver's free memory plus this allocator's cached,
-// unused blocks.
+// unused blocks (not those kept for a CUDA graph's pool).
 std::size_t available_memory(Device device);
 void reset_peak_memory(Device device);
 // Returns every cached, unused CUDA block to the driver.

@@ -87,12 +87,14 @@ __global__ void adamw_kernel(AdamWList list, AdamWStep decayed, AdamWStep plain,
 
 __global__ void step_begin_kernel(StepState* state, const float* loss_sum, const float* norm,
                                   StepRecord* ring, const AdamWStep* table, int window,
-                                  AdamWStep* current) {
+                                  AdamWStep* current, const DeviceErrorRecord* errors) {
     if (state->skip) return;  // halted: the halted step's record stays as it was
     const long long s = state->step + 1;
     const int slot = static_cast<int>((s - 1) % window);
     ring[slot] = StepRecord{*loss_sum, *norm};
-    if (!isfinite(*loss_sum) || !isfinite(*norm)) {
+    // A kernel of this step found bad input (a token id out of range): the host raises it at
+    // its next synchronisation; until then nothing is updated.
+    if (!isfinite(*loss_sum) || !isfinite(*norm) || errors->code != 0) {
         if (state->halted_at == 0) state->halted_at = s;
         state->skip = 1;
     }
@@ -157,7 +159,8 @@ void adamw_multi_tensor_on_device(const AdamWTensor* tensors, int count, const A
 
 void step_begin(StepState* state, const float* loss_sum, const float* norm, StepRecord* ring,
                 const AdamWStep* table, int window, AdamWStep* current) {
-    step_begin_kernel<<<1, 1, 0, stream()>>>(state, loss_sum, norm, ring, table, window, current);
+    step_begin_kernel<<<1, 1, 0, stream()>>>(state, loss_sum, norm, ring, table, window, current,
+                                             device_error_record());
     FG_LAUNCH_CHECK();
 }
 

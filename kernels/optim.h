@@ -75,9 +75,10 @@ struct StepRecord {
     float norm;      // the gradients' global norm
 };
 // Before the update (one thread; nothing once halted): records step s = state->step + 1 in
-// ring[(s - 1) % window] (*loss_sum and *norm); if either is not finite,
-// sets halted_at = s and skip; copies the step's factors, table[2 ((s - 1) % window)] (decayed)
-// and the next (plain), to current[0] and current[1].
+// ring[(s - 1) % window] (*loss_sum and *norm); if either is not finite, or a kernel has
+// recorded bad input (runtime.h's device error record), sets halted_at = s and skip; copies the
+// step's factors, table[2 ((s - 1) % window)] (decayed) and the next (plain), to current[0] and
+// current[1].
 void step_begin(StepState* state, const float* loss_sum, const float* norm, StepRecord* ring,
                 const AdamWStep* table, int window, AdamWStep* current);
 // The AdamW step with the factors read on the device, current[0] (decayed) and current[1]

@@ -30,6 +30,16 @@ CapturedStep::CapturedStep(GPT& model, AdamW& opt, const Config& config, std::in
     : model_(model), opt_(opt), config_(config), batch_tokens_(config.train.batch_size * seq_len) {
     CudaBackend& cuda = cuda_backend("cuda_graph");
     const std::int64_t accum = config.train.grad_accum;
+    try {
+        allocate(cuda, accum, seq_len);
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+void CapturedStep::allocate(CudaBackend& cuda, std::int64_t accum, std::int64_t seq_len) {
+    const Config& config = config_;
     for (std::int64_t i = 0; i < accum; ++i) {
         inputs_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
         targets_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
@@ -51,7 +61,9 @@ CapturedStep::CapturedStep(GPT& model, AdamW& opt, const Config& config, std::in
     current_ = reinterpret_cast<kernels::AdamWStep*>(at + state_bytes + ring_bytes + table_bytes);
 }
 
-CapturedStep::~CapturedStep() {
+CapturedStep::~CapturedStep() { release(); }
+
+void CapturedStep::release() noexcept {
     CudaBackend* cuda = cuda_backend_or_null();
     if (!cuda) return;
     try {
@@ -60,12 +72,17 @@ CapturedStep::~CapturedStep() {
         // A device error is reported by whoever synchronises next; freeing goes on.
     }
     cuda->destroy_graph(graph_);
+    graph_ = nullptr;
     if (pool_ != 0) release_graph_pool(pool_);
+    pool_ = 0;
     for (int slot = 0; slot < 2; ++slot) {
         cuda->pinned_free(pinned_[slot]);
         cuda->event_destroy(pinned_ready_[slot]);
+        pinned_[slot] = nullptr;
+        pinned_ready_[slot] = nullptr;
     }
-    free_bytes(Device::cuda, device_block_, device_bytes_);
+    if (device_block_) free_bytes(Device::cuda, device_block_, device_bytes_);
+    device_block_ = nullptr;
 }
 
 void CapturedStep::refill_table(std::int64_t first_step) {
@@ -109,10 +126,15 @@ void CapturedStep::captured_body() {
     cuda.step_end(state_, philox_per_step_);
 }
 
-void CapturedStep::capture() {
+void CapturedStep::capture(std::int64_t done) {
     CudaBackend& cuda = cuda_backend("cuda_graph");
+    // The device counts steps by the optimizer's updates, the host by the trainer's steps: one
+    // update a step, so they agree.
+    FG_CHECK(opt_.steps() == done, "cuda_graph", "internal error: the optimizer has taken ",
+             opt_.steps(), " steps, the trainer ", done);
     Generator& dropout = default_generator();
-    const std::uint64_t seed = dropout.seed(), base = round_up4(dropout.offset());
+    const std::uint64_t seed = dropout.seed(), original = dropout.offset();
+    const std::uint64_t base = round_up4(original);
     const kernels::StepState start{opt_.steps(), base, 0, 0, 0};
     cuda.copy_host_to_device(state_, &start, sizeof start);
     // While captured, the dropout generator counts from 0 and the kernels add the device's base.
@@ -124,15 +146,19 @@ void CapturedStep::capture() {
         cuda.begin_capture();
         captured_body();
         graph_ = cuda.end_capture();
-    } catch (...) {
+    } catch (const std::exception& e) {
         cuda.abort_capture();
         cuda.set_philox_offset_base(nullptr);
-        dropout.set_state(seed, base);
+        dropout.set_state(seed, original);
         opt_.zero_grad();  // the gradients the capture left belong to its pool
-        cuda.synchronize();
+        try {
+            cuda.synchronize();
+        } catch (...) {
+            // The capture's own error is the one to report.
+        }
         release_graph_pool(pool_);
         pool_ = 0;
-        throw;
+        throw CaptureFailed(e.what());
     }
     cuda.set_philox_offset_base(nullptr);
     dropout.set_state(seed, base);
@@ -164,8 +190,8 @@ void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_
     cuda.event_record(pinned_ready_[slot]);
     if (!graph_) {
         try {
-            capture();
-        } catch (...) {
+            capture(done);
+        } catch (const CaptureFailed&) {
             data_gen = data_before;
             throw;
         }
@@ -184,6 +210,8 @@ CapturedStep::Collected CapturedStep::collect() {
     cuda.copy_device_to_host(&state, state_, sizeof state);  // waits for the queued steps
     cuda.copy_device_to_host(ring.data(), ring_, ring.size() * sizeof(kernels::StepRecord));
     const std::int64_t last = first_pending_ + pending_ - 1;
+    FG_CHECK(state.halted_at == 0 || state.halted_at >= first_pending_, "cuda_graph",
+             "internal error: replays went on after the halt at step ", state.halted_at);
     out.first_step = first_pending_;
     out.halted_at = state.halted_at;
     for (std::int64_t s = first_pending_; s <= last; ++s) {

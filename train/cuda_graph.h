@@ -16,18 +16,25 @@
 //                        captured (kernels/runtime.h, philox_offset_base); the graph's last
 //                        kernel moves the base on by the step's counters;
 //   loss, gradient norm  written to a ring on the device, which the host reads when it logs
-//                        (at least every kWindow steps): the only synchronisation;
+//                        (at least every kWindow steps); otherwise the host waits only for the
+//                        copy of the batch two steps back, so it runs at most two steps ahead;
 //   a non-finite loss    the device records the step, and the update of that step and of every
-//   or norm              later one changes nothing; the host stops at its next read, naming it;
+//   or norm, a bad id    later one changes nothing; the host stops at its next read, naming it
+//                        (a token id out of range, found by a kernel, stops the updates too);
 //   memory               a private pool (core/allocator.h, GraphMemoryScope): the blocks the
 //                        graph uses are never handed to anything else.
 // The first step of a run (or of a resumed run) runs eagerly: it creates the libraries' handles
 // and plans and fills the allocator's cache, so that the capture of the next step needs neither.
+// The graph holds the addresses of the parameters, gradients and AdamW moments: it lives for one
+// Trainer::run call (the trainer destroys it at the end, and after a non-finite stop).
+// The dropout generator's offset, at capture, is rounded up to a multiple of 4, as the eager
+// step's next dropout draw would round it (so the masks are the same).
 // Captured or not, a step does the same arithmetic: tests/gpu/test_gpu_cuda_graph.cpp compares
 // the two bit for bit.
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,8 +47,16 @@
 
 namespace fg {
 
+class CudaBackend;
+
 // Why this run's steps cannot be captured ("" when they can): the reason the log gives.
 std::string cuda_graph_unsupported(const Config& config, Device device, const Optimizer& opt);
+
+// What CapturedStep::enqueue throws when the capture itself failed (and nothing changed): the
+// caller runs the step eagerly instead. Any other exception is an error of the run.
+struct CaptureFailed : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
 
 class CapturedStep {
 public:
@@ -57,10 +72,10 @@ public:
     CapturedStep& operator=(const CapturedStep&) = delete;
 
     // Queues the step after `done` steps: draws its batches from `data` with `data_gen`, stages
-    // them and replays the graph (capturing it first, the first time). Nothing waits for the GPU
-    // except, every kWindow steps, the refill of the factor table. Throws when the capture fails:
-    // then the generators and the optimizer are as they were before the call, and the caller
-    // runs the step eagerly instead.
+    // them and replays the graph (capturing it first, the first time). Waits for the GPU only
+    // for the batch copy of two steps back and, every kWindow steps, the refill of the factor
+    // table. Throws CaptureFailed when the capture fails: then the generators, the optimizer and
+    // the gradients are as they were before the call, and the caller runs the step eagerly.
     void enqueue(const Dataset& data, Generator& data_gen, std::int64_t done);
 
     // Waits for the queued steps and returns their losses and norms in order (then forgets
@@ -76,7 +91,9 @@ public:
     bool captured() const { return graph_ != nullptr; }
 
 private:
-    void capture();
+    void capture(std::int64_t done);
+    void allocate(CudaBackend& cuda, std::int64_t accum, std::int64_t seq_len);  // the buffers
+    void release() noexcept;  // what allocate and capture made
     void captured_body();  // the step itself, as the graph records it
     void refill_table(std::int64_t first_step);
 

@@ -475,16 +475,20 @@ void Trainer::check_finite(std::int64_t step, double loss, double norm) const {
 }
 
 bool Trainer::captured_step() {
+    const bool first = !graph_->captured();
     try {
         graph_->enqueue(*data_, data_gen_, step_);
-    } catch (const std::exception& e) {
-        if (graph_->captured()) throw;  // a replay's error is the run's, not a reason to fall back
+    } catch (const CaptureFailed& e) {  // anything else is the run's error
         log_ << "cuda_graph: the step could not be captured, steps run eagerly from here: "
              << e.what() << "\n";
         graph_.reset();
         return false;
     }
     ++step_;
+    if (first) {
+        log_ << "cuda_graph: step " << step_ << " captured; the steps after it replay it\n";
+        collected_at_ = std::chrono::steady_clock::now();  // the capture is not a step's time
+    }
     return true;
 }
 
@@ -498,7 +502,16 @@ void Trainer::collect_captured_steps() {
     for (std::size_t i = 0; i < got.losses.size(); ++i) {
         const std::int64_t step = got.first_step + static_cast<std::int64_t>(i);
         const double loss = got.losses[i], norm = got.norms[i];
-        if (step == got.halted_at) check_finite(step, loss, norm);  // throws
+        if (step == got.halted_at) {
+            // The device skipped this update and the later ones: the trainer is at the step
+            // before, as after an eager stop, and the graph (its device state halted) is gone.
+            step_ = step - 1;
+            graph_.reset();
+            check_finite(step, loss, norm);  // throws, unless the halt was for bad input:
+            fail("train", "step ", step, " stopped on the device: a kernel found bad input "
+                 "(reported at the next synchronisation); the last checkpoint in '", dir_,
+                 "' is kept");
+        }
         const double lr = cosine_lr(step - 1, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps,
                                     c.train.steps);
         losses_.push_back(loss);
@@ -620,6 +633,14 @@ void Trainer::run(std::int64_t stop_at) {
                                                : "launched one kernel at a time (" + no_graph + ")")
              << "\n";
     bool first = true;
+    ms_average_ = 0.0;
+    // The captured step lives for this call only, also when it ends in an error (its device
+    // state may then be halted, and the parameters' addresses it holds may change after it).
+    struct DropGraph {
+        std::unique_ptr<CapturedStep>& graph;
+        ~DropGraph() { graph.reset(); }
+    } drop_graph{graph_};
+    graph_.reset();
     while (step_ < last && !stop_requested()) {
         if (graph_) {
             if (!captured_step()) continue;  // could not capture: this step again, eagerly
@@ -682,6 +703,7 @@ void Trainer::run(std::int64_t stop_at) {
                  << std::flush;
     }
     if (graph_ && graph_->pending() > 0) collect_captured_steps();
+    graph_.reset();  // it holds the parameters' addresses: the next run() captures anew
     if (progress_bar_) log_ << clear_bar;
     if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
     write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),

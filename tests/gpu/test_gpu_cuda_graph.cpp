@@ -32,15 +32,17 @@ std::string tmp_dir(const std::string& name) {
 // A small GPT trained `steps` steps in `dir` (removed first), with `extra` YAML lines.
 std::string graph_yaml(const std::string& dir, bool graph, const std::string& precision,
                        const std::string& attention, std::int64_t steps,
-                       const std::string& extra = "") {
+                       std::int64_t eval_interval = 25, std::int64_t checkpoint_interval = 30,
+                       std::int64_t grad_accum = 2) {
     return "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 32, dropout: 0.1}\n"
            "data: {kind: random_tokens, vocab_size: 96}\n"
            "optim: {lr: 3.0e-3, warmup_steps: 5, grad_clip: 1.0, weight_decay: 0.1}\n"
-           "train: {steps: " + std::to_string(steps) + ", batch_size: 8, grad_accum: 2, "
-           "eval_interval: 25, eval_iters: 2, checkpoint_interval: 30, device: cuda, "
-           "precision: " + precision + ", out_dir: " + dir + "}\n"
+           "train: {steps: " + std::to_string(steps) + ", batch_size: 8, grad_accum: " +
+           std::to_string(grad_accum) + ", eval_interval: " + std::to_string(eval_interval) +
+           ", eval_iters: 2, checkpoint_interval: " + std::to_string(checkpoint_interval) +
+           ", device: cuda, precision: " + precision + ", out_dir: " + dir + "}\n"
            "kernels: {norm_reduction: grid, attention: " + attention + ", cuda_graph: " +
-           (graph ? "true" : "false") + "}\n" + extra;
+           (graph ? "true" : "false") + "}\n";
 }
 
 struct RunResult {
@@ -70,6 +72,15 @@ std::vector<std::string> step_lines(const std::string& dir) {
     return out;
 }
 
+// The log of a run whose steps were captured: says so, and never that it fell back.
+void require_captured(const std::string& log) {
+    INFO(log);
+    CHECK(log.find("cuda_graph: step 2 captured; the steps after it replay it") !=
+          std::string::npos);
+    CHECK(log.find("could not be captured") == std::string::npos);
+    CHECK(log.find("no room for the captured step") == std::string::npos);
+}
+
 RunResult train(const std::string& yaml, const std::string& dir) {
     std::filesystem::remove_all(dir);
     std::ostringstream log;
@@ -92,7 +103,8 @@ TEST_CASE("a captured step gives the eager step's bits, over 70 steps in f32 and
         CHECK(eager.log.find("launched one kernel at a time (kernels.cuda_graph is false)") !=
               std::string::npos);
         CHECK(graph.log.find("captured as one CUDA graph") != std::string::npos);
-        CHECK(graph.log.find("could not be captured") == std::string::npos);
+        require_captured(graph.log);
+        CHECK(eager.log.find("cuda_graph: step") == std::string::npos);
         REQUIRE(eager.losses.size() == 70);
         REQUIRE(graph.losses.size() == 70);
         CHECK(eager.losses.back() < eager.losses.front());
@@ -101,6 +113,25 @@ TEST_CASE("a captured step gives the eager step's bits, over 70 steps in f32 and
         CHECK(graph.metrics == eager.metrics);  // step, loss, lr and gradient norm of every step
         REQUIRE(graph.metrics.size() == 70);
     }
+}
+
+TEST_CASE("64 captured steps queued between two reads of the ring, and the table refilled",
+          "[gpu][train][cuda_graph]") {
+    // eval_interval 1000: the log prints every 200 steps, so the host reads the ring only when
+    // 64 steps are queued (after steps 65 and 129) and refills the factor table for steps 66
+    // and 130.
+    REQUIRE(cuda_is_available());
+    const std::string eager_dir = tmp_dir("graph_long_eager"), graph_dir = tmp_dir("graph_long");
+    auto yaml = [](const std::string& dir, bool graph) {
+        return graph_yaml(dir, graph, "fp32", "fused", 150, 1000, 1000, 1);
+    };
+    RunResult eager = train(yaml(eager_dir, false), eager_dir);
+    RunResult graph = train(yaml(graph_dir, true), graph_dir);
+    require_captured(graph.log);
+    REQUIRE(graph.losses.size() == 150);
+    CHECK(graph.losses == eager.losses);
+    CHECK(graph.weights == eager.weights);
+    CHECK(graph.metrics == eager.metrics);
 }
 
 TEST_CASE("a captured run stopped and resumed continues exactly", "[gpu][train][cuda_graph]") {
@@ -117,6 +148,7 @@ TEST_CASE("a captured run stopped and resumed continues exactly", "[gpu][train][
     }
     std::unique_ptr<Trainer> rest = Trainer::resume(split_dir, {}, log);
     rest->run();
+    require_captured(log.str());
     INFO(log.str());
     REQUIRE(rest->step() == 45);
     CHECK(all_weights(rest->model()) == whole.weights);
@@ -133,8 +165,7 @@ TEST_CASE("a captured step with cuDNN's attention agrees with the eager one to r
     const std::string eager_dir = tmp_dir("graph_cudnn_eager"), graph_dir = tmp_dir("graph_cudnn");
     RunResult eager = train(graph_yaml(eager_dir, false, "bf16", "cudnn", 40), eager_dir);
     RunResult graph = train(graph_yaml(graph_dir, true, "bf16", "cudnn", 40), graph_dir);
-    INFO(graph.log);
-    CHECK(graph.log.find("could not be captured") == std::string::npos);
+    require_captured(graph.log);
     REQUIRE(graph.losses.size() == 40);
     double worst = 0.0;
     for (std::size_t i = 0; i < 40; ++i)
@@ -146,8 +177,15 @@ TEST_CASE("a captured step with cuDNN's attention agrees with the eager one to r
 TEST_CASE("a non-finite loss stops a captured run at the eager run's step, with its message",
           "[gpu][train][cuda_graph]") {
     REQUIRE(cuda_is_available());
-    // A learning rate far too high: the loss overflows within a few steps.
-    auto failure = [&](bool graph) -> std::string {
+    // A learning rate far too high: the loss overflows within a few steps. Both runs stop with
+    // the same message, at the same step, with the same weights (the device skipped the update
+    // of the step that overflowed, as the eager step does not make it).
+    struct Stopped {
+        std::string message, log;
+        std::int64_t step = -1;
+        std::vector<float> weights;
+    };
+    auto stop = [&](bool graph) {
         const std::string dir = tmp_dir("graph_nan");
         std::filesystem::remove_all(dir);
         Config c = parse_config(graph_yaml(dir, graph, "fp32", "fused", 40), "nan.yaml");
@@ -156,17 +194,25 @@ TEST_CASE("a non-finite loss stops a captured run at the eager run's step, with 
         c.optim.grad_clip = 0.0;
         std::ostringstream log;
         Trainer t(c, log);
+        Stopped out;
         try {
             t.run();
+            out.message = "no error";
         } catch (const std::exception& e) {
-            return e.what();
+            out.message = e.what();
         }
-        return "no error";
+        out.step = t.step();
+        out.weights = all_weights(t.model());
+        out.log = log.str();
+        return out;
     };
-    const std::string eager = failure(false), graph = failure(true);
-    INFO("eager: " << eager << "\ncaptured: " << graph);
-    CHECK(eager.find("stopped before updating the weights") != std::string::npos);
-    CHECK(graph == eager);
+    const Stopped eager = stop(false), graph = stop(true);
+    INFO("eager: " << eager.message << "\ncaptured: " << graph.message);
+    CHECK(eager.message.find("stopped before updating the weights") != std::string::npos);
+    CHECK(graph.message == eager.message);
+    CHECK(graph.step == eager.step);
+    CHECK(graph.weights == eager.weights);
+    if (graph.step >= 1) require_captured(graph.log);
 }
 
 TEST_CASE("a capture that fails leaves the generators and the optimizer as they were",
@@ -191,16 +237,16 @@ TEST_CASE("a capture that fails leaves the generators and the optimizer as they 
     // capture.
     RandomTokenData data(96, 64);
     Generator data_gen(5);
-    default_generator().set_state(7, 44);
+    default_generator().set_state(7, 45);  // not a multiple of 4: restored as it was
     CapturedStep step(model, opt, c, 64);
-    REQUIRE_THROWS_WITH(step.enqueue(data, data_gen, 0),
-                        Contains("sequence length 64"));
+    REQUIRE_THROWS_AS(step.enqueue(data, data_gen, 0), CaptureFailed);
+    REQUIRE_THROWS_WITH(step.enqueue(data, data_gen, 0), Contains("sequence length 64"));
     CudaBackend& cuda = cuda_backend("test");
     CHECK_FALSE(cuda.capturing());
     CHECK(data_gen.seed() == 5);
     CHECK(data_gen.offset() == 0);
     CHECK(default_generator().seed() == 7);
-    CHECK(default_generator().offset() == 44);
+    CHECK(default_generator().offset() == 45);
     CHECK(opt.steps() == 0);
     CHECK(step.pending() == 0);
     // The stream still works: an eager step runs.

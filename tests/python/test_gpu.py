@@ -119,8 +119,8 @@ def check_case(kind, shape, dtype, wdtype, weight=True, bias=False, residual=Fal
     ref_grads = torch.autograd.grad(ref_loss, leaves, allow_unused=True)
     dh_ref = ref_grads[0] if ref_grads[0] is not None else torch.zeros_like(h64)
     # dx = (g - x_hat c1 - c2) rstd with g = w' dy: its terms are of the size of g rstd, and in a
-    # short row they nearly cancel (one column: 1 - x_hat^2, a few eps over x^2), so the error
-    # is measured against that size where the result itself is smaller.
+    # row of a few columns they nearly cancel (one column: 1 - x_hat^2, a few eps over x^2), so
+    # there the error is measured against that size; longer rows keep the result's own size.
     with torch.no_grad():
         h = h64.detach()
         centred = h - h.mean(-1, keepdim=True) if kind == "layer" else h
@@ -128,7 +128,7 @@ def check_case(kind, shape, dtype, wdtype, weight=True, bias=False, residual=Fal
         g = dy.double() if use_y else torch.zeros_like(h)
         if w64 is not None:
             g = g * ((1.0 + w64) if zero_centered else w64).detach()
-        term_size = (g * rstd).norm().item()
+        term_size = (g * rstd).norm().item() if n <= 4 else 0.0
     assert_close("dx", x.grad, dh_ref, dtype, term_size)
     if residual:
         assert_close("dresidual", r.grad, dh_ref, dtype, term_size)
