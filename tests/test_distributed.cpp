@@ -1,0 +1,182 @@
+// tests/test_distributed.cpp: the parts of data-parallel training a CPU can check
+// (train/distributed.h): reading RANK / WORLD_SIZE / ... as torchrun and Slurm set them, with
+// errors naming what is wrong; the TCP rendezvous of several ranks (threads here) with broadcast
+// and barrier, and its timeouts; a rank's share of a batch; the gradient buckets' plan.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "train/distributed.h"
+#include "test_helpers.h"
+
+using namespace fg;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::function<const char*(const char*)> env_of(const std::map<std::string, std::string>& vars) {
+    return [vars](const char* name) -> const char* {
+        auto it = vars.find(name);
+        return it == vars.end() ? nullptr : it->second.c_str();
+    };
+}
+
+// A TCP port nothing listens on now (the kernel's pick for port 0).
+int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    ::close(fd);
+    return ntohs(a.sin_port);
+}
+
+DistributedEnv rank_env(int rank, int world, int port) {
+    DistributedEnv e;
+    e.rank = rank;
+    e.world_size = world;
+    e.local_rank = rank;
+    e.master_port = port;
+    return e;
+}
+
+}  // namespace
+
+TEST_CASE("the distributed environment as torchrun and Slurm set it", "[distributed]") {
+    DistributedEnv one = distributed_env(env_of({}));
+    CHECK(one.world_size == 1);
+    CHECK(one.rank == 0);
+    CHECK_FALSE(one.distributed());
+
+    DistributedEnv t = distributed_env(env_of({{"WORLD_SIZE", "4"}, {"RANK", "2"},
+                                               {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node7"},
+                                               {"MASTER_PORT", "31000"}}));
+    CHECK(t.world_size == 4);
+    CHECK(t.rank == 2);
+    CHECK(t.local_rank == 1);
+    CHECK(t.master_addr == "node7");
+    CHECK(t.master_port == 31000);
+    CHECK(t.distributed());
+
+    DistributedEnv s = distributed_env(
+        env_of({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}}));
+    CHECK(s.world_size == 8);
+    CHECK(s.rank == 5);
+    CHECK(s.local_rank == 1);
+    CHECK(s.master_port == 29500);
+
+    // Without LOCAL_RANK the rank is the GPU (one host).
+    CHECK(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "1"}})).local_rank == 1);
+
+    CHECK_THROWS_WITH(distributed_env(env_of({{"WORLD_SIZE", "2"}})),
+                      Contains("[distributed] RANK is not set"));
+    CHECK_THROWS_WITH(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "2"}})),
+                      Contains("RANK is 2, but WORLD_SIZE is 2: ranks run from 0 to 1"));
+    CHECK_THROWS_WITH(distributed_env(env_of({{"WORLD_SIZE", "two"}, {"RANK", "0"}})),
+                      Contains("WORLD_SIZE is 'two': expected a whole number from 1"));
+    CHECK_THROWS_WITH(
+        distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_PORT", "70000"}})),
+        Contains("MASTER_PORT is '70000': expected a whole number from 1 to 65535"));
+    CHECK_THROWS_WITH(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "-1"}})),
+                      Contains("RANK is '-1'"));
+}
+
+TEST_CASE("ranks meet over TCP: broadcast and barrier", "[distributed]") {
+    for (int world : {2, 3}) {
+        INFO("world size " << world);
+        const int port = free_port();
+        std::vector<std::vector<std::uint8_t>> got(static_cast<std::size_t>(world));
+        std::vector<std::string> errors(static_cast<std::size_t>(world));
+        std::vector<std::thread> ranks;
+        for (int r = 0; r < world; ++r) {
+            ranks.emplace_back([&, r] {
+                try {
+                    TcpGroup group(rank_env(r, world, port), 20.0);
+                    const std::vector<std::uint8_t> mine =
+                        r == 0 ? std::vector<std::uint8_t>{7, 1, 255, 0, 42}
+                               : std::vector<std::uint8_t>{9};
+                    got[static_cast<std::size_t>(r)] = group.broadcast(mine);
+                    group.barrier();
+                    group.barrier();
+                } catch (const std::exception& e) {
+                    errors[static_cast<std::size_t>(r)] = e.what();
+                }
+            });
+        }
+        for (auto& t : ranks) t.join();
+        for (int r = 0; r < world; ++r) {
+            INFO("rank " << r);
+            CHECK(errors[static_cast<std::size_t>(r)].empty());
+            CHECK(got[static_cast<std::size_t>(r)] == std::vector<std::uint8_t>{7, 1, 255, 0, 42});
+        }
+    }
+}
+
+TEST_CASE("a rank that never comes is an error naming it, not a hang", "[distributed]") {
+    const int port = free_port();
+    CHECK_THROWS_WITH(TcpGroup(rank_env(0, 3, port), 0.3),
+                      Contains("rank 0 waited 0.3 s on port " + std::to_string(port) +
+                               " for ranks 1, 2 of 3"));
+    CHECK_THROWS_WITH(TcpGroup(rank_env(1, 2, free_port()), 0.3),
+                      Contains("rank 1 could not reach rank 0 at 127.0.0.1:"));
+    DistributedEnv bad = rank_env(1, 2, port);
+    bad.master_addr = "no-such-host.invalid";
+    CHECK_THROWS_WITH(TcpGroup(bad, 0.3), Contains("MASTER_ADDR 'no-such-host.invalid' does not resolve"));
+    // One process: nothing to meet.
+    TcpGroup alone(DistributedEnv{}, 0.1);
+    CHECK(alone.broadcast({1, 2}) == std::vector<std::uint8_t>{1, 2});
+    alone.barrier();
+}
+
+TEST_CASE("each rank takes its share of a batch's rows", "[distributed]") {
+    std::vector<std::int32_t> ids(6 * 4);
+    std::iota(ids.begin(), ids.end(), 0);
+    Batch global{Tensor::from_vector(ids, {6, 4}), Tensor::from_vector(ids, {6, 4})};
+    std::vector<std::int32_t> seen;
+    for (int r = 0; r < 3; ++r) {
+        Batch b = shard_batch(global, r, 3);
+        REQUIRE(b.inputs.shape() == Shape{2, 4});
+        REQUIRE(b.targets.shape() == Shape{2, 4});
+        std::vector<std::int32_t> v = b.inputs.to_vector<std::int32_t>();
+        CHECK(v.front() == 8 * r);
+        seen.insert(seen.end(), v.begin(), v.end());
+    }
+    CHECK(seen == ids);  // the shares, in rank order, are the global batch
+    CHECK(shard_batch(global, 0, 1).inputs.to_vector<std::int32_t>() == ids);
+    CHECK_THROWS_WITH(shard_batch(Batch{Tensor::from_vector(ids, {6, 4}),
+                                        Tensor::from_vector(ids, {6, 4})}, 0, 4),
+                      Contains("train.batch_size (6) must be a multiple of the number of GPUs (4)"));
+}
+
+TEST_CASE("gradient buckets: the last parameters first, within the cap", "[distributed]") {
+    // 4-byte gradients; the cap 200 bytes (50 values).
+    const std::vector<std::int64_t> numels{10, 20, 30, 1000, 5, 50};
+    const std::vector<GradBucket> b = plan_buckets(numels, 4, 200);
+    REQUIRE(b.size() == 5);
+    CHECK(b[0].params == std::vector<int>{5});     // 200 bytes: full
+    CHECK(b[1].params == std::vector<int>{4});     // the next one would not fit beside it
+    CHECK(b[2].params == std::vector<int>{3});     // larger than the cap: alone
+    CHECK(b[3].params == std::vector<int>{2, 1});  // 120 + 80 bytes
+    CHECK(b[4].params == std::vector<int>{0});
+    CHECK(b[2].bytes == 4000);
+    CHECK(b[3].bytes == 200);
+    // Every parameter exactly once, whatever the cap.
+    for (std::size_t cap : {std::size_t{1}, std::size_t{64}, std::size_t{1} << 30}) {
+        std::vector<int> all;
+        for (const GradBucket& g : plan_buckets(numels, 2, cap))
+            all.insert(all.end(), g.params.begin(), g.params.end());
+        std::sort(all.begin(), all.end());
+        CHECK(all == std::vector<int>{0, 1, 2, 3, 4, 5});
+    }
+    CHECK(plan_buckets({}, 4, 100).empty());
+    CHECK(plan_buckets(numels, 4, std::size_t{1} << 30).size() == 1);
+}

@@ -1,0 +1,292 @@
+// train/distributed.cpp: see distributed.h.
+#include "distributed.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+
+namespace fg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A whole non-negative number, or nullopt-like -1 when `text` is not one.
+long long parse_count(const char* text) {
+    if (text == nullptr || *text == '\0') return -1;
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 0) return -1;
+    return v;
+}
+
+// The first of `names` that is set, and which one it was.
+const char* first_set(const std::function<const char*(const char*)>& lookup,
+                      std::initializer_list<const char*> names, const char** which) {
+    for (const char* name : names) {
+        const char* v = lookup(name);
+        if (v != nullptr && *v != '\0') {
+            *which = name;
+            return v;
+        }
+    }
+    *which = *names.begin();
+    return nullptr;
+}
+
+int number(const std::function<const char*(const char*)>& lookup,
+           std::initializer_list<const char*> names, long long low, long long high, int fallback,
+           bool required) {
+    const char* which = nullptr;
+    const char* text = first_set(lookup, names, &which);
+    if (text == nullptr) {
+        FG_CHECK(!required, "distributed", which, " is not set (WORLD_SIZE is: every rank needs ",
+                 "its ", which, "; torchrun and Slurm set it)");
+        return fallback;
+    }
+    const long long v = parse_count(text);
+    FG_CHECK(v >= low && v <= high, "distributed", which, " is '", text, "': expected a whole ",
+             "number from ", low, " to ", high);
+    return static_cast<int>(v);
+}
+
+// The socket error of the last call, as text.
+std::string last_error() { return std::strerror(errno); }
+
+constexpr std::uint32_t kMagic = 0x46475256;  // "FGRV"
+
+struct Hello {
+    std::uint32_t magic;
+    std::int32_t rank;
+    std::int32_t world_size;
+};
+
+double seconds_left(Clock::time_point deadline) {
+    return std::chrono::duration<double>(deadline - Clock::now()).count();
+}
+
+// Waits until `fd` is readable (or writable), at most until `deadline`; false on timeout.
+bool wait_for(int fd, short events, Clock::time_point deadline) {
+    for (;;) {
+        const double left = seconds_left(deadline);
+        if (left <= 0) return false;
+        pollfd p{fd, events, 0};
+        const int r = ::poll(&p, 1, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
+        if (r > 0) return true;
+        if (r < 0 && errno != EINTR) return true;  // let the next call report the error
+    }
+}
+
+}  // namespace
+
+DistributedEnv distributed_env(const std::function<const char*(const char*)>& lookup) {
+    DistributedEnv env;
+    const char* which = nullptr;
+    const bool any = first_set(lookup, {"WORLD_SIZE", "SLURM_NTASKS"}, &which) != nullptr;
+    if (!any) return env;
+    env.world_size = number(lookup, {"WORLD_SIZE", "SLURM_NTASKS"}, 1, 1 << 20, 1, true);
+    env.rank = number(lookup, {"RANK", "SLURM_PROCID"}, 0, 1 << 20, 0, true);
+    FG_CHECK(env.rank < env.world_size, "distributed", "RANK is ", env.rank,
+             ", but WORLD_SIZE is ", env.world_size, ": ranks run from 0 to ", env.world_size - 1);
+    // Without LOCAL_RANK, one host: the GPU is the rank.
+    env.local_rank = number(lookup, {"LOCAL_RANK", "SLURM_LOCALID"}, 0, 1 << 20, env.rank, false);
+    const char* addr = lookup("MASTER_ADDR");
+    if (addr != nullptr && *addr != '\0') env.master_addr = addr;
+    env.master_port = number(lookup, {"MASTER_PORT"}, 1, 65535, env.master_port, false);
+    return env;
+}
+
+TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), timeout_s_(timeout_s) {
+    if (!env.distributed()) return;
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(timeout_s));
+    const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+    if (env.rank == 0) {
+        listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        FG_CHECK(listen_fd_ >= 0, "distributed", "rank 0: socket() failed: ", last_error());
+        const int one = 1;
+        ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        a.sin_port = htons(static_cast<std::uint16_t>(env.master_port));
+        FG_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0,
+                 "distributed", "rank 0 cannot listen on port ", env.master_port, " (",
+                 last_error(), "): another run on it? set MASTER_PORT to a free port");
+        FG_CHECK(::listen(listen_fd_, env.world_size) == 0, "distributed", "rank 0: listen() on ",
+                 "port ", env.master_port, " failed: ", last_error());
+        peers_.assign(static_cast<std::size_t>(env.world_size - 1), -1);
+        int arrived = 0;
+        while (arrived < env.world_size - 1) {
+            if (!wait_for(listen_fd_, POLLIN, deadline)) {
+                std::string missing;
+                for (int r = 1; r < env.world_size; ++r)
+                    if (peers_[static_cast<std::size_t>(r - 1)] < 0)
+                        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+                fail("distributed", "rank 0 waited ", timeout_s, " s on port ", env.master_port,
+                     " for ranks ", missing, " of ", env.world_size,
+                     ", which did not connect: did they start, with MASTER_ADDR and MASTER_PORT "
+                     "pointing here?");
+            }
+            const int fd = ::accept(listen_fd_, nullptr, nullptr);
+            if (fd < 0) continue;
+            Hello hello{};
+            recv_all(fd, &hello, sizeof hello, "a rank's hello");
+            if (hello.magic != kMagic) {
+                ::close(fd);  // not a fusegrad rank: ignore it
+                continue;
+            }
+            FG_CHECK(hello.world_size == env.world_size, "distributed", "rank ", hello.rank,
+                     " says WORLD_SIZE is ", hello.world_size, ", rank 0 has ", env.world_size);
+            FG_CHECK(hello.rank >= 1 && hello.rank < env.world_size &&
+                         peers_[static_cast<std::size_t>(hello.rank - 1)] < 0,
+                     "distributed", "two ranks, or a rank out of range, say they are rank ",
+                     hello.rank);
+            peers_[static_cast<std::size_t>(hello.rank - 1)] = fd;
+            ++arrived;
+        }
+        for (int fd : peers_) send_all(fd, &kMagic, sizeof kMagic, "the welcome");
+        return;
+    }
+    // Other ranks: connect to rank 0, retrying while it is not listening yet.
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int gai = ::getaddrinfo(env.master_addr.c_str(),
+                                  std::to_string(env.master_port).c_str(), &hints, &found);
+    FG_CHECK(gai == 0 && found != nullptr, "distributed", "MASTER_ADDR '", env.master_addr,
+             "' does not resolve: ", ::gai_strerror(gai));
+    int fd = -1;
+    std::string why;
+    while (fd < 0) {
+        fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) break;
+        why = last_error();
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+        if (seconds_left(deadline) <= 0) {
+            ::freeaddrinfo(found);
+            fail("distributed", "rank ", env.rank, " could not reach rank 0 at ", where, " in ",
+                 timeout_s, " s (", why, "): is rank 0 running, and MASTER_ADDR right?");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::freeaddrinfo(found);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    peers_.push_back(fd);
+    const Hello hello{kMagic, env.rank, env.world_size};
+    send_all(fd, &hello, sizeof hello, "the hello");
+    std::uint32_t welcome = 0;
+    recv_all(fd, &welcome, sizeof welcome, "rank 0's welcome");
+    FG_CHECK(welcome == kMagic, "distributed", "rank ", env.rank, ": what answered at ", where,
+             " is not a fusegrad rank 0");
+}
+
+TcpGroup::~TcpGroup() {
+    for (int fd : peers_)
+        if (fd >= 0) ::close(fd);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void TcpGroup::send_all(int fd, const void* data, std::size_t n, const char* what) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        const ssize_t sent = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (sent < 0 && errno == EINTR) continue;
+        FG_CHECK(sent > 0, "distributed", "rank ", env_.rank, " could not send ", what, ": ",
+                 sent < 0 ? last_error() : std::string("connection closed"),
+                 " (did another rank stop?)");
+        p += sent;
+        n -= static_cast<std::size_t>(sent);
+    }
+}
+
+void TcpGroup::recv_all(int fd, void* data, std::size_t n, const char* what) {
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(timeout_s_));
+    char* p = static_cast<char*>(data);
+    while (n > 0) {
+        FG_CHECK(wait_for(fd, POLLIN, deadline), "distributed", "rank ", env_.rank, " waited ",
+                 timeout_s_, " s for ", what, ", which did not come");
+        const ssize_t got = ::recv(fd, p, n, 0);
+        if (got < 0 && errno == EINTR) continue;
+        FG_CHECK(got > 0, "distributed", "rank ", env_.rank, " lost the connection while ",
+                 "waiting for ", what, ": ", got < 0 ? last_error() : std::string("closed"),
+                 " (did another rank stop?)");
+        p += got;
+        n -= static_cast<std::size_t>(got);
+    }
+}
+
+std::vector<std::uint8_t> TcpGroup::broadcast(const std::vector<std::uint8_t>& bytes) {
+    if (!env_.distributed()) return bytes;
+    if (env_.rank == 0) {
+        const std::uint64_t n = bytes.size();
+        for (int fd : peers_) {
+            send_all(fd, &n, sizeof n, "a broadcast's length");
+            send_all(fd, bytes.data(), bytes.size(), "a broadcast");
+        }
+        return bytes;
+    }
+    std::uint64_t n = 0;
+    recv_all(peers_[0], &n, sizeof n, "rank 0's broadcast");
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
+    recv_all(peers_[0], out.data(), out.size(), "rank 0's broadcast");
+    return out;
+}
+
+void TcpGroup::barrier() {
+    if (!env_.distributed()) return;
+    std::uint8_t token = 1;
+    if (env_.rank == 0) {
+        for (int fd : peers_) recv_all(fd, &token, 1, "the other ranks at a barrier");
+        for (int fd : peers_) send_all(fd, &token, 1, "the barrier's release");
+        return;
+    }
+    send_all(peers_[0], &token, 1, "its arrival at a barrier");
+    recv_all(peers_[0], &token, 1, "rank 0's release of a barrier");
+}
+
+Batch shard_batch(const Batch& global, int rank, int world_size) {
+    const std::int64_t rows = global.inputs.size(0);
+    FG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "distributed", "rank ", rank,
+             " of ", world_size, " ranks");
+    FG_CHECK(rows % world_size == 0, "distributed", "train.batch_size (", rows,
+             ") must be a multiple of the number of GPUs (", world_size,
+             "): each rank takes an equal share of every batch");
+    const std::int64_t share = rows / world_size;
+    return Batch{global.inputs.slice(rank * share, (rank + 1) * share),
+                 global.targets.slice(rank * share, (rank + 1) * share)};
+}
+
+std::vector<GradBucket> plan_buckets(const std::vector<std::int64_t>& numels,
+                                     std::size_t bytes_per_element, std::size_t cap_bytes) {
+    std::vector<GradBucket> buckets;
+    for (int i = static_cast<int>(numels.size()) - 1; i >= 0; --i) {
+        const std::size_t bytes =
+            static_cast<std::size_t>(numels[static_cast<std::size_t>(i)]) * bytes_per_element;
+        if (buckets.empty() || buckets.back().bytes + bytes > cap_bytes) buckets.emplace_back();
+        buckets.back().params.push_back(i);
+        buckets.back().bytes += bytes;
+    }
+    return buckets;
+}
+
+}  // namespace fg

@@ -1,0 +1,90 @@
+// train/distributed.h: the parts of data-parallel training that do not need a GPU.
+//
+// Several processes (ranks), one a GPU, train one model: each computes the gradients of its
+// share of every batch, the gradients are summed across ranks (NCCL's all-reduce), and every rank
+// applies the same update, so the ranks' weights stay identical. What this file holds:
+//   DistributedEnv    who this process is: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+//                     MASTER_PORT as torchrun sets them (or SLURM_PROCID, SLURM_NTASKS,
+//                     SLURM_LOCALID as Slurm does), with an error naming what is missing or wrong;
+//   TcpGroup          the ranks meeting over TCP at MASTER_ADDR:MASTER_PORT (rank 0 listens, the
+//                     others connect): how NCCL's unique id, made by rank 0, reaches the others,
+//                     and a barrier;
+//   shard_batch       a rank's rows of a batch: every rank draws the same global batch from the
+//                     same generator and keeps its slice, so N ranks see exactly the rows one
+//                     process would;
+//   plan_buckets      the gradients grouped into buckets for the all-reduce, in the order the
+//                     backward finishes them (the last layers first), so that a bucket's
+//                     all-reduce can start while the backward of earlier layers still runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data.h"
+
+namespace fg {
+
+struct DistributedEnv {
+    int rank = 0;
+    int world_size = 1;
+    int local_rank = 0;  // the GPU of this process on its host
+    std::string master_addr = "127.0.0.1";
+    int master_port = 29500;
+    bool distributed() const { return world_size > 1; }
+};
+
+// Reads the environment through `lookup` (std::getenv by default; a test passes its own). No
+// variable set: one process. An error names the variable and its value when one is missing,
+// not a number, or out of range (RANK >= WORLD_SIZE, a port outside 1-65535).
+DistributedEnv distributed_env(
+    const std::function<const char*(const char*)>& lookup = [](const char* name) {
+        return static_cast<const char*>(std::getenv(name));
+    });
+
+// The ranks' TCP rendezvous: rank 0 listens on master_port, every other rank connects (retrying
+// until `timeout_s`), and the connections stay open for broadcast and barrier. Every call blocks
+// until all ranks made it, or throws after timeout_s naming the ranks that did not come.
+class TcpGroup {
+public:
+    TcpGroup(const DistributedEnv& env, double timeout_s);
+    ~TcpGroup();
+    TcpGroup(const TcpGroup&) = delete;
+    TcpGroup& operator=(const TcpGroup&) = delete;
+
+    // Rank 0's `bytes` on every rank (other ranks' argument is ignored).
+    std::vector<std::uint8_t> broadcast(const std::vector<std::uint8_t>& bytes);
+    // Returns once every rank has called it.
+    void barrier();
+    int rank() const { return env_.rank; }
+    int world_size() const { return env_.world_size; }
+
+private:
+    void send_all(int fd, const void* data, std::size_t n, const char* what);
+    void recv_all(int fd, void* data, std::size_t n, const char* what);
+
+    DistributedEnv env_;
+    double timeout_s_;
+    int listen_fd_ = -1;
+    std::vector<int> peers_;  // rank 0: the socket of rank i at [i - 1]; others: rank 0's at [0]
+};
+
+// Rows [rank B / N, (rank + 1) B / N) of a batch of B rows (inputs and targets), N = world_size;
+// B must be a multiple of N.
+Batch shard_batch(const Batch& global, int rank, int world_size);
+
+struct GradBucket {
+    std::vector<int> params;  // indices into the parameter list, in the order they were placed
+    std::size_t bytes = 0;
+};
+// The parameters (numels[i] elements of bytes_per_element each, in registration order) grouped
+// into buckets: from the last parameter to the first, each bucket taking consecutive ones while
+// it stays within cap_bytes (a parameter larger than the cap gets a bucket of its own). Every
+// parameter is in exactly one bucket.
+std::vector<GradBucket> plan_buckets(const std::vector<std::int64_t>& numels,
+                                     std::size_t bytes_per_element, std::size_t cap_bytes);
+
+}  // namespace fg
