@@ -180,3 +180,43 @@ TEST_CASE("gradient buckets: the last parameters first, within the cap", "[distr
     CHECK(plan_buckets({}, 4, 100).empty());
     CHECK(plan_buckets(numels, 4, std::size_t{1} << 30).size() == 1);
 }
+
+TEST_CASE("ranks sum values in rank order and gather bytes", "[distributed]") {
+    const int world = 3, port = free_port();
+    std::vector<std::vector<float>> sums(world);
+    std::vector<std::vector<double>> dsums(world);
+    std::vector<std::vector<std::vector<std::uint8_t>>> gathered(world);
+    std::vector<std::string> errors(world);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < world; ++r) {
+        ranks.emplace_back([&, r] {
+            try {
+                TcpGroup group(rank_env(r, world, port), 20.0);
+                // Values whose float sum depends on the order: 1e8 + 1 + ... loses the ones.
+                std::vector<float> v{r == 0 ? 1e8f : 1.0f, static_cast<float>(r), 0.5f};
+                group.all_reduce_sum(v.data(), v.size());
+                sums[r] = v;
+                std::vector<double> d{0.25 * r, -1.0};
+                group.all_reduce_sum(d.data(), d.size());
+                dsums[r] = d;
+                gathered[r] = group.all_gather(std::vector<std::uint8_t>(r, static_cast<std::uint8_t>(r)));
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+            }
+        });
+    }
+    for (auto& t : ranks) t.join();
+    const float in_rank_order = (1e8f + 1.0f) + 1.0f;  // what rank 0 computes
+    for (int r = 0; r < world; ++r) {
+        INFO("rank " << r);
+        CHECK(errors[r].empty());
+        REQUIRE(sums[r].size() == 3);
+        CHECK(sums[r][0] == in_rank_order);
+        CHECK(sums[r][1] == 3.0f);
+        CHECK(sums[r][2] == 1.5f);
+        CHECK(dsums[r] == std::vector<double>{0.75, -3.0});
+        REQUIRE(gathered[r].size() == 3);
+        for (int q = 0; q < world; ++q)
+            CHECK(gathered[r][q] == std::vector<std::uint8_t>(q, static_cast<std::uint8_t>(q)));
+    }
+}

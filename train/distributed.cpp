@@ -264,6 +264,63 @@ void TcpGroup::barrier() {
     recv_all(peers_[0], &token, 1, "rank 0's release of a barrier");
 }
 
+template <typename T>
+void TcpGroup::sum_in_rank_order(T* values, std::size_t n) {
+    if (!env_.distributed() || n == 0) return;
+    const std::size_t bytes = n * sizeof(T);
+    if (env_.rank == 0) {
+        std::vector<T> theirs(n);
+        for (int fd : peers_) {  // peers_ is in rank order: rank 1, 2, ...
+            recv_all(fd, theirs.data(), bytes, "a rank's values to sum");
+            for (std::size_t i = 0; i < n; ++i) values[i] += theirs[i];
+        }
+        for (int fd : peers_) send_all(fd, values, bytes, "the sums");
+        return;
+    }
+    send_all(peers_[0], values, bytes, "its values to sum");
+    recv_all(peers_[0], values, bytes, "rank 0's sums");
+}
+
+void TcpGroup::all_reduce_sum(float* values, std::size_t n) { sum_in_rank_order(values, n); }
+void TcpGroup::all_reduce_sum(double* values, std::size_t n) { sum_in_rank_order(values, n); }
+
+std::vector<std::vector<std::uint8_t>> TcpGroup::all_gather(
+    const std::vector<std::uint8_t>& bytes) {
+    std::vector<std::vector<std::uint8_t>> all{bytes};
+    if (!env_.distributed()) return all;
+    std::vector<std::uint8_t> packed;  // rank 0: every rank's length and bytes, in rank order
+    if (env_.rank == 0) {
+        for (int fd : peers_) {
+            std::uint64_t len = 0;
+            recv_all(fd, &len, sizeof len, "a rank's length to gather");
+            std::vector<std::uint8_t> theirs(static_cast<std::size_t>(len));
+            recv_all(fd, theirs.data(), theirs.size(), "a rank's bytes to gather");
+            all.push_back(std::move(theirs));
+        }
+        for (const auto& one : all) {
+            const std::uint64_t len = one.size();
+            const auto* p = reinterpret_cast<const std::uint8_t*>(&len);
+            packed.insert(packed.end(), p, p + sizeof len);
+            packed.insert(packed.end(), one.begin(), one.end());
+        }
+    } else {
+        const std::uint64_t len = bytes.size();
+        send_all(peers_[0], &len, sizeof len, "its length to gather");
+        send_all(peers_[0], bytes.data(), bytes.size(), "its bytes to gather");
+    }
+    packed = broadcast(packed);
+    all.clear();
+    for (std::size_t at = 0; at < packed.size();) {
+        std::uint64_t len = 0;
+        std::memcpy(&len, packed.data() + at, sizeof len);
+        at += sizeof len;
+        all.emplace_back(packed.begin() + static_cast<std::ptrdiff_t>(at),
+                         packed.begin() + static_cast<std::ptrdiff_t>(at + len));
+        at += static_cast<std::size_t>(len);
+    }
+    return all;
+}
+
 Batch shard_batch(const Batch& global, int rank, int world_size) {
     const std::int64_t rows = global.inputs.size(0);
     FG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "distributed", "rank ", rank,

@@ -59,10 +59,18 @@ public:
     std::vector<std::uint8_t> broadcast(const std::vector<std::uint8_t>& bytes);
     // Returns once every rank has called it.
     void barrier();
+    // Sums n values over the ranks, in place; every rank gets the same bits (rank 0 adds the
+    // ranks' values in rank order and sends the sums back). For CPU ranks; CUDA ranks use NCCL.
+    void all_reduce_sum(float* values, std::size_t n);
+    void all_reduce_sum(double* values, std::size_t n);
+    // Every rank's bytes, in rank order, on every rank.
+    std::vector<std::vector<std::uint8_t>> all_gather(const std::vector<std::uint8_t>& bytes);
     int rank() const { return env_.rank; }
     int world_size() const { return env_.world_size; }
 
 private:
+    template <typename T>
+    void sum_in_rank_order(T* values, std::size_t n);
     void send_all(int fd, const void* data, std::size_t n, const char* what);
     void recv_all(int fd, void* data, std::size_t n, const char* what);
 

@@ -27,6 +27,9 @@
 #include "checkpoint.h"
 #include "safetensors.h"
 
+#define XXH_INLINE_ALL  // header-only xxHash (train/CMakeLists.txt)
+#include <xxhash.h>
+
 namespace fg {
 namespace {
 
@@ -196,10 +199,35 @@ bool Trainer::stop_requested() { return g_stop; }
 
 Trainer::Trainer(const Config& config, std::ostream& log) : Trainer(config, log, false) {}
 
+namespace {
+
+// Where a rank's log goes: rank 0's to `log`, the others' nowhere (their errors still reach the
+// caller as exceptions).
+std::ostream& rank_log(std::ostream& log) {
+    static std::ostream nowhere(nullptr);
+    return distributed_env().rank == 0 ? log : nowhere;
+}
+
+// How long ranks wait for each other: to meet, and at every exchange. A rank that stops closes
+// its connections, so the others hear of it at once; this bounds a rank that hangs.
+constexpr double kRanksTimeoutSeconds = 600.0;
+
+}  // namespace
+
 Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
-    : cfg_(config), log_(log), device_(resolve_device(config.train.device)),
-      dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1) {
+    : cfg_(config), log_(rank_log(log)), device_(resolve_device(config.train.device)),
+      dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1),
+      dist_(distributed_env()) {
     const Config& c = cfg_;
+    if (dist_.distributed()) {
+        FG_CHECK(device_ == Device::cpu, "train", "WORLD_SIZE is ", dist_.world_size,
+                 ": several ranks on CUDA need NCCL, which this fusegrad cannot use yet; ranks "
+                 "on the CPU (train.device cpu) exchange their gradients over TCP");
+        FG_CHECK(c.train.batch_size % dist_.world_size == 0, "train", "train.batch_size (",
+                 c.train.batch_size, ") must be a multiple of WORLD_SIZE (", dist_.world_size,
+                 "): each rank takes an equal share of every batch");
+        group_ = std::make_unique<TcpGroup>(dist_, kRanksTimeoutSeconds);
+    }
     data_ = make_dataset(c);
     std::int64_t vocab = data_->vocab().size();
     FG_CHECK(c.model.vocab_size == 0 || c.model.vocab_size >= vocab, "train", "model.vocab_size (",
@@ -220,7 +248,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     if (device_ == Device::cuda)
         peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.train.precision);
 
-    if (!resuming) {
+    if (!resuming && writer()) {
         // A new run never writes over another run's files (a checkpoint, weights or metrics).
         for (const char* f : {"checkpoint.json", "model.safetensors", "train_state.safetensors",
                               "metrics.jsonl"})
@@ -232,6 +260,14 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     for (const std::string& w : c.warnings) log_ << "warning: " << w << "\n";
     log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
          << dump_config(cfg_) << "\n";
+    if (group_) {
+        std::vector<std::int64_t> numels;
+        for (const NamedParam& p : params_) numels.push_back(p.param->numel());
+        buckets_ = plan_buckets(numels, sizeof(float), 25u << 20);
+        log_ << "ranks: " << dist_.world_size << ", " << buckets_.size()
+             << " gradient buckets of at most 25 MiB, batches of " << c.train.batch_size
+             << " rows split " << c.train.batch_size / dist_.world_size << " a rank\n";
+    }
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
          << device_name(device_) << ", run directory " << dir_ << "\n"
          << "data: " << data_->describe() << "\n"
@@ -239,6 +275,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
 }
 
 void Trainer::write_run_files() {
+    if (!writer()) return;
     fs::create_directories(dir_);
     write_file_durably((fs::path(dir_) / "config.yaml").string(), dump_config(cfg_));
     write_file_durably((fs::path(dir_) / "vocab.txt").string(), data_->vocab().chars());
@@ -291,6 +328,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
 }
 
 void Trainer::trim_metrics() {
+    if (!writer()) return;
     // Steps after the checkpoint (logged before a kill) are trained again: drop their old lines.
     const fs::path path = fs::path(dir_) / "metrics.jsonl";
     std::ifstream in(path);
@@ -399,6 +437,10 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
 }
 
 void Trainer::save_checkpoint() {
+    if (!writer()) {  // rank 0 saves; the ranks hold the same state
+        saved_step_ = step_;
+        return;
+    }
     // Into checkpoints/.partial/, then committed (train/checkpoint.h): a crash or a failed write
     // anywhere leaves the last committed checkpoint as it was.
     const std::string partial = partial_folder(dir_);
@@ -432,6 +474,7 @@ void Trainer::save_checkpoint() {
 }
 
 void Trainer::log_metrics(const std::string& json_line) {
+    if (!writer()) return;
     std::ofstream out(fs::path(dir_) / "metrics.jsonl", std::ios::app);
     out << json_line << "\n";
 }
@@ -445,13 +488,18 @@ double Trainer::train_step() {
     // whole forward and backward of the step are queued.
     Tensor loss_total;
     for (std::int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-        Batch b = data_->batch(Split::train, c.train.batch_size, data_gen_, device_);
+        // Several ranks: every rank draws the whole batch, the same rows, and keeps its share.
+        Batch b = group_ ? shard_batch(data_->batch(Split::train, c.train.batch_size, data_gen_,
+                                                    Device::cpu),
+                                       dist_.rank, dist_.world_size)
+                         : data_->batch(Split::train, c.train.batch_size, data_gen_, device_);
         Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
         scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
         loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
     }
+    double loss = loss_total.item() / static_cast<double>(c.train.grad_accum);
+    if (group_) loss = average_over_ranks(loss);
     GradNorm clip = grad_norm(model_->parameters(), c.optim.grad_clip);
-    const double loss = loss_total.item() / static_cast<double>(c.train.grad_accum);
     const double norm = clip.norm.item();
     check_finite(step_ + 1, loss, norm);
     double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
@@ -461,6 +509,53 @@ double Trainer::train_step() {
     last_lr_ = lr;
     last_norm_ = norm;
     return loss;
+}
+
+double Trainer::average_over_ranks(double loss) {
+    NoGradGuard no_grad;
+    const double share = 1.0 / static_cast<double>(dist_.world_size);
+    std::vector<float> flat;
+    for (const GradBucket& bucket : buckets_) {
+        flat.clear();
+        for (int i : bucket.params) {
+            const Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
+            FG_CHECK(g.defined() && g.dtype() == DType::f32 && !g.is_cuda(), "train",
+                     "rank ", dist_.rank, ": the gradient of '",
+                     params_[static_cast<std::size_t>(i)].name, "' is missing or not f32 on the CPU");
+            const float* v = g.data<float>();
+            flat.insert(flat.end(), v, v + g.numel());
+        }
+        group_->all_reduce_sum(flat.data(), flat.size());
+        std::size_t at = 0;
+        for (int i : bucket.params) {
+            Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
+            float* v = g.data<float>();
+            for (std::int64_t k = 0; k < g.numel(); ++k)
+                v[k] = static_cast<float>(static_cast<double>(flat[at++]) * share);
+        }
+    }
+    group_->all_reduce_sum(&loss, 1);
+    return loss * share;
+}
+
+void Trainer::check_replicas_identical() {
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    for (const NamedParam& p : params_) {
+        const Tensor t = p.param->device() == Device::cpu ? *p.param : p.param->to(Device::cpu);
+        XXH3_64bits_update(&state, t.raw_data(), static_cast<std::size_t>(t.numel()) *
+                                                     dtype_size(t.dtype()));
+    }
+    const std::uint64_t mine = XXH3_64bits_digest(&state);
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&mine);
+    const auto all = group_->all_gather(std::vector<std::uint8_t>(bytes, bytes + sizeof mine));
+    for (std::size_t r = 0; r < all.size(); ++r)
+        FG_CHECK(all[r] == all[0], "train", "after step ", step_, " rank ", r,
+                 "'s weights differ from rank 0's: the ranks did not stay in step");
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(mine));
+    log_ << "ranks: the " << dist_.world_size << " ranks' weights are identical after step "
+         << step_ << " (xxh3 " << hex << ")\n";
 }
 
 void Trainer::check_finite(std::int64_t step, double loss, double norm) const {
@@ -672,8 +767,7 @@ void Trainer::run(std::int64_t stop_at) {
         if (step_ % c.train.eval_interval == 0 || step_ == c.train.steps) {
             EvalResult e = evaluate();
             bool best = e.val_loss < best_val_;
-            if (best) {
-                best_val_ = e.val_loss;
+            if (best && writer()) {
                 try {
                     save_safetensors((fs::path(dir_) / "best.safetensors").string(),
                                      to_list(model_->state_dict()),
@@ -683,6 +777,7 @@ void Trainer::run(std::int64_t stop_at) {
                          e.what(), "; the last good checkpoint in '", dir_, "' is kept");
                 }
             }
+            if (best) best_val_ = e.val_loss;
             nlohmann::ordered_json eval_line{{"step", step_},
                                              {"train_loss", rounded(e.train_loss, "%.6f")},
                                              {"val_loss", rounded(e.val_loss, "%.6f")}};
@@ -705,9 +800,11 @@ void Trainer::run(std::int64_t stop_at) {
     if (graph_ && graph_->pending() > 0) collect_captured_steps();
     graph_.reset();  // it holds the parameters' addresses: the next run() captures anew
     if (progress_bar_) log_ << clear_bar;
+    if (group_) check_replicas_identical();
     if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
-    write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
-                     (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
+    if (writer())
+        write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
+                         (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
     if (stop_requested()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
 }
 

@@ -24,6 +24,7 @@
 #include "config.h"
 #include "cuda_graph.h"
 #include "data.h"
+#include "distributed.h"
 #include "models/gpt.h"
 #include "optim.h"
 
@@ -80,6 +81,13 @@ private:
     // finite (the last checkpoint stays the last good state).
     void check_finite(std::int64_t step, double loss, double norm) const;
     void log_metrics(const std::string& json_line);
+    // Several ranks (train/distributed.h): rank 0 alone writes the run directory and the log.
+    bool writer() const { return dist_.rank == 0; }
+    // The gradients summed over the ranks and divided by their number (every rank then has the
+    // same bits); returns the mean of the ranks' `loss`.
+    double average_over_ranks(double loss);
+    // Stops the run when the ranks' weights are not bitwise identical (they must be).
+    void check_replicas_identical();
 
     Config cfg_;
     std::ostream& log_;
@@ -98,6 +106,9 @@ private:
     bool progress_bar_ = false;
     double peak_tflops_ = 0.0;      // of this GPU for this config's matmul precision; 0: unknown
     double flops_per_token_ = 0.0;  // training FLOPs per token of this model
+    DistributedEnv dist_;              // this process's rank among WORLD_SIZE
+    std::unique_ptr<TcpGroup> group_;  // the other ranks, when there are several
+    std::vector<GradBucket> buckets_;  // the gradients, grouped for the ranks' sums
     std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly
     std::chrono::steady_clock::time_point collected_at_;  // of the last collect_captured_steps
     double ms_average_ = 0.0;  // smoothed ms/step for the progress bar's ETA

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# tests/distributed_cpu.sh FUSEGRAD: data-parallel training with two CPU ranks (train/distributed.h)
+# against one process, through the environment torchrun sets (RANK, WORLD_SIZE, MASTER_PORT):
+#   1. the two ranks' losses are the single process's, to float rounding (same global batch);
+#   2. the ranks' weights are bitwise identical at the end (the trainer checks a hash of them);
+#   3. rank 0 alone writes: the run directory holds one run's files, rank 1 prints nothing;
+#   4. a killed rank stops the other within seconds, with a message, instead of a hang.
+set -euo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+sets=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set data.digits=1
+      --set train.device=cpu --set train.batch_size=16 --set train.steps=30
+      --set train.eval_interval=10 --set train.checkpoint_interval=10 --set train.eval_iters=2)
+port=$((20000 + RANDOM % 30000))
+
+"$bin" train configs/addition.yaml "${sets[@]}" --set train.out_dir="$work/one" > "$work/one.log"
+WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml "${sets[@]}" \
+    --set train.out_dir="$work/two" > "$work/rank1.log" 2>&1 &
+rank1=$!
+WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml "${sets[@]}" \
+    --set train.out_dir="$work/two" > "$work/rank0.log" 2>&1
+wait $rank1
+
+# 1. Losses: step by step, to float rounding (two half-batch means summed vs one mean).
+paste <(grep '"ms"' "$work/one/metrics.jsonl") <(grep '"ms"' "$work/two/metrics.jsonl") |
+    awk -F'\t' '{
+        split($1, a, /"loss":/); split(a[2], x, ",");
+        split($2, b, /"loss":/); split(b[2], y, ",");
+        d = x[1] - y[1]; if (d < 0) d = -d;
+        if (d > 2e-5) { print "step " NR ": one process " x[1] ", two ranks " y[1]; bad = 1 }
+        n++
+    } END { if (bad || n != 30) { print n " steps compared"; exit 1 } }'
+# 2. The weights' check, and the ranks line, in rank 0's log.
+grep -q "ranks: the 2 ranks' weights are identical after step 30" "$work/rank0.log" ||
+    { cat "$work/rank0.log"; echo "no identical-weights line"; exit 1; }
+grep -q "^ranks: 2, " "$work/rank0.log" || { echo "no ranks line"; exit 1; }
+# 3. Rank 1 wrote nothing: its log is empty, and the directory is one run's.
+[ ! -s "$work/rank1.log" ] || { echo "rank 1 printed:"; cat "$work/rank1.log"; exit 1; }
+[ "$(grep -c '"ms"' "$work/two/metrics.jsonl")" = 30 ] || { echo "metrics.jsonl has other lines"; exit 1; }
+
+# 4. A rank killed mid-run: the other stops within seconds, saying why.
+long=("${sets[@]}" --set train.steps=1000000 --set train.eval_interval=1000000
+      --set train.checkpoint_interval=1000000)
+port=$((port + 1))
+WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml "${long[@]}" \
+    --set train.out_dir="$work/killed" > "$work/k1.log" 2>&1 &
+rank1=$!
+WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml "${long[@]}" \
+    --set train.out_dir="$work/killed" > "$work/k0.log" 2>&1 &
+rank0=$!
+for _ in $(seq 100); do
+    [ -s "$work/killed/metrics.jsonl" ] && break
+    sleep 0.1
+done
+kill -9 $rank1
+start=$SECONDS
+status=0
+wait $rank0 || status=$?
+[ $status -ne 0 ] || { echo "rank 0 went on after rank 1 was killed"; exit 1; }
+[ $((SECONDS - start)) -le 10 ] || { echo "rank 0 took $((SECONDS - start)) s to stop"; exit 1; }
+grep -q "did another rank stop?" "$work/k0.log" || { cat "$work/k0.log"; exit 1; }
+echo "two CPU ranks: the same losses as one process, identical weights, rank 0 alone writes;" \
+     "a killed rank stops the other in $((SECONDS - start)) s"
