@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
+#include <sstream>
 #include <numeric>
 #include <thread>
 
 #include "train/distributed.h"
+#include "train/trainer.h"
 #include "test_helpers.h"
 
 using namespace fg;
@@ -219,4 +222,18 @@ TEST_CASE("ranks sum values in rank order and gather bytes", "[distributed]") {
         for (int q = 0; q < world; ++q)
             CHECK(gathered[r][q] == std::vector<std::uint8_t>(q, static_cast<std::uint8_t>(q)));
     }
+}
+
+TEST_CASE("a trainer of several ranks refuses a batch it cannot split evenly", "[distributed]") {
+    // The environment a launcher would set (read by the Trainer), restored after.
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("RANK", "0", 1);
+    std::ostringstream log;
+    const std::string dir = "/tmp/fg_distributed_uneven";
+    std::filesystem::remove_all(dir);
+    CHECK_THROWS_WITH(Trainer(test::tiny_addition_run(dir, 2, {"train.batch_size=15"}), log),
+                      Contains("[train] train.batch_size (15) must be a multiple of WORLD_SIZE (2)"));
+    ::unsetenv("WORLD_SIZE");
+    ::unsetenv("RANK");
+    CHECK_FALSE(std::filesystem::exists(dir));
 }

@@ -206,3 +206,18 @@ TEST_CASE("the memory estimate of a step is close to the CUDA allocator's peak",
         }
     }
 }
+
+TEST_CASE("several ranks on CUDA are refused until NCCL is used, saying so", "[gpu][train]") {
+    REQUIRE(cuda_is_available());
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("RANK", "0", 1);
+    std::ostringstream log;
+    const std::string dir = "/tmp/fg_gpu_two_ranks";
+    std::filesystem::remove_all(dir);
+    Config c = test::tiny_addition_run(dir, 2, {"train.device=cuda"});
+    CHECK_THROWS_WITH(Trainer(c, log), Catch::Matchers::Contains(
+                                           "several ranks on CUDA need NCCL, which this fusegrad "
+                                           "cannot use yet"));
+    ::unsetenv("WORLD_SIZE");
+    ::unsetenv("RANK");
+}
