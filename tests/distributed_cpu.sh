@@ -4,7 +4,9 @@
 #   1. the two ranks' losses are the single process's, to float rounding (same global batch);
 #   2. the ranks' weights are bitwise identical at the end (the trainer checks a hash of them);
 #   3. rank 0 alone writes: the run directory holds one run's files, rank 1 prints nothing;
-#   4. a killed rank stops the other within seconds, with a message, instead of a hang.
+#   4. a killed rank stops the other within seconds, with a message, instead of a hang;
+#   5. `fusegrad train --ranks 2` starts the same two ranks itself: the same metrics;
+#   6. SIGTERM to it stops both ranks after the same step, rank 0 saving it.
 set -euo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -60,5 +62,35 @@ wait $rank0 || status=$?
 [ $status -ne 0 ] || { echo "rank 0 went on after rank 1 was killed"; exit 1; }
 [ $((SECONDS - start)) -le 10 ] || { echo "rank 0 took $((SECONDS - start)) s to stop"; exit 1; }
 grep -q "did another rank stop?" "$work/k0.log" || { cat "$work/k0.log"; exit 1; }
+stopped_in=$((SECONDS - start))
+
+# 5. The launcher: the same two ranks, the same metrics (timing aside).
+"$bin" train configs/addition.yaml "${sets[@]}" --ranks 2 --set train.out_dir="$work/launched" \
+    > "$work/launched.log" 2>&1 || { cat "$work/launched.log"; exit 1; }
+cmp <(grep '"ms"' "$work/two/metrics.jsonl" | sed 's/,"ms".*//') \
+    <(grep '"ms"' "$work/launched/metrics.jsonl" | sed 's/,"ms".*//') ||
+    { echo "--ranks 2 trained differently from two ranks started by hand"; exit 1; }
+
+# 6. SIGTERM to the launcher: both ranks stop after the same step, rank 0 saves, exit 130.
+"$bin" train configs/addition.yaml "${long[@]}" --ranks 2 --set train.out_dir="$work/term" \
+    > "$work/term.log" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do
+    [ -s "$work/term/metrics.jsonl" ] && break
+    sleep 0.1
+done
+kill -TERM $launcher
+status=0
+wait $launcher || status=$?
+[ $status -eq 130 ] || { cat "$work/term.log"; echo "the launcher exited $status, not 130"; exit 1; }
+grep -q "^stopped at step [0-9]*; checkpoint saved" "$work/term.log" || { cat "$work/term.log"; exit 1; }
+grep -q "weights are identical" "$work/term.log" || { cat "$work/term.log"; exit 1; }
+[ -f "$work/term/checkpoint.json" ] || { echo "no checkpoint after SIGTERM"; exit 1; }
+
+# A launch inside a launch is refused.
+out=$(WORLD_SIZE=2 "$bin" train configs/addition.yaml --ranks 2 2>&1) && exit 1
+grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<< "$out" ||
+    { echo "$out"; exit 1; }
+
 echo "two CPU ranks: the same losses as one process, identical weights, rank 0 alone writes;" \
-     "a killed rank stops the other in $((SECONDS - start)) s"
+     "a killed rank stops the other in $stopped_in s; --ranks 2 the same; SIGTERM stops both"

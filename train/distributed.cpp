@@ -74,6 +74,13 @@ struct Hello {
     std::int32_t world_size;
 };
 
+// A message length read from another rank: far more than fusegrad ever sends means the ranks
+// are out of step (one is in another exchange than this one), not a request to allocate it.
+void check_length(std::uint64_t n, const char* what) {
+    FG_CHECK(n <= (std::uint64_t{1} << 32), "distributed", what, " announced ", n,
+             " bytes: the ranks are out of step (each rank must make the same exchanges)");
+}
+
 double seconds_left(Clock::time_point deadline) {
     return std::chrono::duration<double>(deadline - Clock::now()).count();
 }
@@ -247,6 +254,7 @@ std::vector<std::uint8_t> TcpGroup::broadcast(const std::vector<std::uint8_t>& b
     }
     std::uint64_t n = 0;
     recv_all(peers_[0], &n, sizeof n, "rank 0's broadcast");
+    check_length(n, "rank 0's broadcast");
     std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
     recv_all(peers_[0], out.data(), out.size(), "rank 0's broadcast");
     return out;
@@ -293,6 +301,7 @@ std::vector<std::vector<std::uint8_t>> TcpGroup::all_gather(
         for (int fd : peers_) {
             std::uint64_t len = 0;
             recv_all(fd, &len, sizeof len, "a rank's length to gather");
+            check_length(len, "a rank's gather");
             std::vector<std::uint8_t> theirs(static_cast<std::size_t>(len));
             recv_all(fd, theirs.data(), theirs.size(), "a rank's bytes to gather");
             all.push_back(std::move(theirs));

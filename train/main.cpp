@@ -10,7 +10,13 @@
 #include <string>
 #include <vector>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "core/cuda_backend.h"
 #include "core/error.h"
@@ -28,6 +34,8 @@ const char* kUsage =
     "  train --resume RUN_DIR [--set key.path=value]... [--max-steps N]\n"
     "        train a GPT from a YAML config (Ctrl-C saves a checkpoint and stops; --max-steps\n"
     "        stops after step N with the schedule unchanged, and --resume goes on from there)\n"
+    "        --ranks N: N processes on this host, each a share of every batch (data parallel,\n"
+    "        README 'Several processes'); a rank that fails stops the others\n"
     "  demo [--device auto|cpu|cuda] [--steps N] [--seed S]\n"
     "        train a small MLP with fusegrad's autograd (a tour of the core)\n"
     "  sample RUN_DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
@@ -60,6 +68,95 @@ long parse_int(const std::string& flag, const std::string& value, long low,
     return v;
 }
 
+// A TCP port nothing listens on now (the kernel's pick), for the ranks' rendezvous.
+int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    FG_CHECK(fd >= 0, "cli", "--ranks: socket() failed");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    ::close(fd);
+    FG_CHECK(ok, "cli", "--ranks: no free TCP port for the ranks to meet on");
+    return ntohs(a.sin_port);
+}
+
+volatile std::sig_atomic_t g_launcher_signal = 0;
+
+// `fusegrad train ... --ranks N`: this process starts N copies of itself with `args` (the
+// command line without --ranks), each told its rank as torchrun would tell it (WORLD_SIZE, RANK,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT), and waits for them. Ctrl-C or SIGTERM is passed on
+// (the ranks agree to stop after the same step, and rank 0 saves it). When a rank fails, the
+// others are stopped too (they would stop by themselves as soon as they next exchange
+// gradients; this also ends one that hangs): SIGTERM, then SIGKILL 10 s later.
+int launch_ranks(long ranks, const std::vector<std::string>& args) {
+    const int port = free_port();
+    std::vector<pid_t> children;
+    for (long r = 0; r < ranks; ++r) {
+        const pid_t pid = ::fork();
+        FG_CHECK(pid >= 0, "cli", "--ranks: could not start rank ", r);
+        if (pid == 0) {
+            ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+            ::setenv("RANK", std::to_string(r).c_str(), 1);
+            ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+            ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+            ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+            ::setenv("NCCL_NVLS_ENABLE", "0", 0);  // no NVLink multicast on shared machines
+            std::vector<char*> argv;
+            static const std::string self = "fusegrad";
+            argv.push_back(const_cast<char*>(self.c_str()));
+            for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+            argv.push_back(nullptr);
+            ::execv("/proc/self/exe", argv.data());
+            std::perror("fusegrad --ranks: exec");
+            ::_exit(127);
+        }
+        children.push_back(pid);
+    }
+    std::signal(SIGINT, [](int s) { g_launcher_signal = s; });
+    std::signal(SIGTERM, [](int s) { g_launcher_signal = s; });
+    int status = 0;
+    bool stopping = false;
+    std::chrono::steady_clock::time_point kill_at{};
+    std::size_t running = children.size();
+    while (running > 0) {
+        if (g_launcher_signal != 0) {
+            for (pid_t pid : children)
+                if (pid > 0) ::kill(pid, g_launcher_signal);
+            g_launcher_signal = 0;
+        }
+        int st = 0;
+        const pid_t done = ::waitpid(-1, &st, WNOHANG);
+        if (done > 0) {
+            for (pid_t& pid : children)
+                if (pid == done) pid = -1;
+            --running;
+            const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            if (code != 0 && code != 130 && status == 0) {
+                status = code;
+                if (!stopping && running > 0) {
+                    std::fprintf(stderr, "fusegrad --ranks: a rank failed (exit %d): stopping "
+                                 "the others\n", code);
+                    for (pid_t pid : children)
+                        if (pid > 0) ::kill(pid, SIGTERM);
+                    stopping = true;
+                    kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                }
+            } else if (code == 130 && status == 0) {
+                status = 130;
+            }
+            continue;
+        }
+        if (stopping && std::chrono::steady_clock::now() > kill_at)
+            for (pid_t pid : children)
+                if (pid > 0) ::kill(pid, SIGKILL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return status;
+}
+
 int run(const std::vector<std::string>& args) {
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
         std::fputs(kUsage, stdout);
@@ -82,16 +179,26 @@ int run(const std::vector<std::string>& args) {
     }
     if (command == "train") {
         std::string config, resume;
-        std::vector<std::string> overrides;
+        std::vector<std::string> overrides, rank_args{"train"};
         long max_steps = -1;  // stop early; the schedule still spans train.steps
+        long ranks = 0;       // --ranks N: launch N ranks of this command
         for (std::size_t i = 1; i < args.size(); ++i) {
+            if (args[i] == "--ranks") {
+                FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
+                ranks = parse_int(args[i], args[i + 1], 1, 1024);
+                ++i;
+                continue;
+            }
+            rank_args.push_back(args[i]);
             if (args[i] == "--set" || args[i] == "--resume") {
                 FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
                 (args[i] == "--set" ? overrides.emplace_back() : resume) = args[i + 1];
+                rank_args.push_back(args[i + 1]);
                 ++i;
             } else if (args[i] == "--max-steps") {
                 FG_CHECK(i + 1 < args.size(), "cli", args[i], " needs a value");
                 max_steps = parse_int(args[i], args[i + 1], 1);
+                rank_args.push_back(args[i + 1]);
                 ++i;
             } else if (config.empty() && args[i].rfind("--", 0) != 0) {
                 config = args[i];
@@ -101,6 +208,11 @@ int run(const std::vector<std::string>& args) {
         }
         FG_CHECK(config.empty() != resume.empty(), "cli",
                  "train takes a config file or --resume RUN_DIR (one of them)");
+        if (ranks > 0) {
+            FG_CHECK(std::getenv("WORLD_SIZE") == nullptr, "cli", "--ranks starts its own ranks, "
+                     "but WORLD_SIZE is already set (this process is a rank of another launch)");
+            return launch_ranks(ranks, rank_args);
+        }
         // Ctrl-C, and the SIGTERM a scheduler sends before it kills: finish the step, save, exit.
         std::signal(SIGINT, [](int) { fg::Trainer::request_stop(); });
         std::signal(SIGTERM, [](int) { fg::Trainer::request_stop(); });

@@ -534,8 +534,15 @@ double Trainer::average_over_ranks(double loss) {
                 v[k] = static_cast<float>(static_cast<double>(flat[at++]) * share);
         }
     }
-    group_->all_reduce_sum(&loss, 1);
-    return loss * share;
+    // The loss, and whether any rank was asked to stop (Ctrl-C, SIGTERM): all ranks then stop
+    // after this same step, and rank 0 saves it.
+    double shared[2] = {loss, stop_requested() ? 1.0 : 0.0};
+    group_->all_reduce_sum(shared, 2);
+    if (shared[1] > 0) {
+        stop_agreed_ = true;
+        request_stop();
+    }
+    return shared[0] * share;
 }
 
 void Trainer::check_replicas_identical() {
@@ -736,14 +743,14 @@ void Trainer::run(std::int64_t stop_at) {
         ~DropGraph() { graph.reset(); }
     } drop_graph{graph_};
     graph_.reset();
-    while (step_ < last && !stop_requested()) {
+    while (step_ < last && !should_stop()) {
         if (graph_) {
             if (!captured_step()) continue;  // could not capture: this step again, eagerly
             // The host meets the device where it logs, evaluates or saves, and every kWindow
             // steps (the ring's length).
             const bool meet = step_ % print_every == 0 || step_ % c.train.eval_interval == 0 ||
                               step_ % c.train.checkpoint_interval == 0 || step_ == last ||
-                              graph_->pending() == CapturedStep::kWindow || stop_requested();
+                              graph_->pending() == CapturedStep::kWindow || should_stop();
             if (!meet) continue;
             collect_captured_steps();
         } else {
@@ -805,7 +812,7 @@ void Trainer::run(std::int64_t stop_at) {
     if (writer())
         write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
                          (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
-    if (stop_requested()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
+    if (should_stop()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
 }
 
 Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,

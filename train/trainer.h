@@ -84,8 +84,12 @@ private:
     // Several ranks (train/distributed.h): rank 0 alone writes the run directory and the log.
     bool writer() const { return dist_.rank == 0; }
     // The gradients summed over the ranks and divided by their number (every rank then has the
-    // same bits); returns the mean of the ranks' `loss`.
+    // same bits); returns the mean of the ranks' `loss`. A stop requested on any rank is then
+    // requested on all of them.
     double average_over_ranks(double loss);
+    // Whether the loop stops now: a stop request; with several ranks, one the ranks agreed on at
+    // the last exchange (so that all of them stop after the same step).
+    bool should_stop() const { return group_ ? stop_agreed_ : stop_requested(); }
     // Stops the run when the ranks' weights are not bitwise identical (they must be).
     void check_replicas_identical();
 
@@ -109,6 +113,7 @@ private:
     DistributedEnv dist_;              // this process's rank among WORLD_SIZE
     std::unique_ptr<TcpGroup> group_;  // the other ranks, when there are several
     std::vector<GradBucket> buckets_;  // the gradients, grouped for the ranks' sums
+    bool stop_agreed_ = false;         // the ranks agreed to stop (should_stop)
     std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly
     std::chrono::steady_clock::time_point collected_at_;  // of the last collect_captured_steps
     double ms_average_ = 0.0;  // smoothed ms/step for the progress bar's ETA
