@@ -8,10 +8,12 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "kernels/attention_cudnn.h"  // CudnnAttentionArgs (plain C++ declarations)
 #include "kernels/elementwise.h"      // ScalarType, BinaryOp
 #include "kernels/layout.h"           // PermuteParams
+#include "kernels/nccl.h"             // several GPUs
 #include "kernels/norm.h"             // NormForwardArgs, NormBackwardArgs
 #include "kernels/optim.h"            // AdamWStep
 

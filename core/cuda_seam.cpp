@@ -3,6 +3,7 @@
 // memory methods are written here by hand; the kernel launchers are generated from cuda_ops.def.
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/nccl.h"
 #include "kernels/reduce.h"
 #include "kernels/runtime.h"
 #include "kernels/attention.h"

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -208,6 +209,22 @@ std::ostream& rank_log(std::ostream& log) {
     return distributed_env().rank == 0 ? log : nowhere;
 }
 
+// Copies the f32 gradient `g` into flat[at ..] (into), or flat[at ..] into `g` (out of a bucket).
+void copy_into(Tensor& flat, std::int64_t at, const Tensor& g) {
+    const std::size_t bytes = static_cast<std::size_t>(g.numel()) * sizeof(float);
+    if (flat.is_cuda())
+        cuda_backend("train").copy_device_to_device(flat.data<float>() + at, g.data<float>(), bytes);
+    else
+        std::memcpy(flat.data<float>() + at, g.data<float>(), bytes);
+}
+void copy_from(Tensor& g, const Tensor& flat, std::int64_t at) {
+    const std::size_t bytes = static_cast<std::size_t>(g.numel()) * sizeof(float);
+    if (flat.is_cuda())
+        cuda_backend("train").copy_device_to_device(g.data<float>(), flat.data<float>() + at, bytes);
+    else
+        std::memcpy(g.data<float>(), flat.data<float>() + at, bytes);
+}
+
 // How long ranks wait for each other: to meet, and at every exchange. A rank that stops closes
 // its connections, so the others hear of it at once; this bounds a rank that hangs.
 constexpr double kRanksTimeoutSeconds = 600.0;
@@ -220,13 +237,27 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
       dist_(distributed_env()) {
     const Config& c = cfg_;
     if (dist_.distributed()) {
-        FG_CHECK(device_ == Device::cpu, "train", "WORLD_SIZE is ", dist_.world_size,
-                 ": several ranks on CUDA need NCCL, which this fusegrad cannot use yet; ranks "
-                 "on the CPU (train.device cpu) exchange their gradients over TCP");
+        if (device_ == Device::cuda) {
+            const std::string no_nccl = cuda_backend("train").nccl_unavailable();
+            FG_CHECK(no_nccl.empty(), "train", "WORLD_SIZE is ", dist_.world_size,
+                     ": several CUDA ranks sum their gradients with NCCL, but ", no_nccl);
+        }
         FG_CHECK(c.train.batch_size % dist_.world_size == 0, "train", "train.batch_size (",
                  c.train.batch_size, ") must be a multiple of WORLD_SIZE (", dist_.world_size,
                  "): each rank takes an equal share of every batch");
         group_ = std::make_unique<TcpGroup>(dist_, kRanksTimeoutSeconds);
+        if (device_ == Device::cuda) {
+            // Rank 0 makes NCCL's id, the TCP group hands it to the others, and every rank
+            // joins the communicator.
+            CudaBackend& cuda = cuda_backend("train");
+            const std::vector<std::uint8_t> id =
+                group_->broadcast(dist_.rank == 0 ? cuda.nccl_unique_id()
+                                                  : std::vector<std::uint8_t>{});
+            nccl_ = std::shared_ptr<void>(
+                cuda.nccl_communicator(id, dist_.world_size, dist_.rank), [](void* comm) {
+                    if (CudaBackend* b = cuda_backend_or_null()) b->nccl_destroy(comm);
+                });
+        }
     }
     data_ = make_dataset(c);
     std::int64_t vocab = data_->vocab().size();
@@ -489,10 +520,12 @@ double Trainer::train_step() {
     Tensor loss_total;
     for (std::int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
         // Several ranks: every rank draws the whole batch, the same rows, and keeps its share.
-        Batch b = group_ ? shard_batch(data_->batch(Split::train, c.train.batch_size, data_gen_,
-                                                    Device::cpu),
-                                       dist_.rank, dist_.world_size)
-                         : data_->batch(Split::train, c.train.batch_size, data_gen_, device_);
+        Batch b = data_->batch(Split::train, c.train.batch_size, data_gen_,
+                               group_ ? Device::cpu : device_);
+        if (group_) {
+            b = shard_batch(b, dist_.rank, dist_.world_size);
+            b = Batch{b.inputs.to(device_), b.targets.to(device_)};
+        }
         Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
         scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
         loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
@@ -514,24 +547,38 @@ double Trainer::train_step() {
 double Trainer::average_over_ranks(double loss) {
     NoGradGuard no_grad;
     const double share = 1.0 / static_cast<double>(dist_.world_size);
-    std::vector<float> flat;
+    // Each bucket's gradients are packed into one buffer, summed over the ranks (rank 0 adds
+    // them in rank order over TCP, or NCCL on CUDA: every rank gets the same bits) and unpacked
+    // divided by the number of ranks.
     for (const GradBucket& bucket : buckets_) {
-        flat.clear();
+        std::int64_t total = 0;
         for (int i : bucket.params) {
             const Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
-            FG_CHECK(g.defined() && g.dtype() == DType::f32 && !g.is_cuda(), "train",
-                     "rank ", dist_.rank, ": the gradient of '",
-                     params_[static_cast<std::size_t>(i)].name, "' is missing or not f32 on the CPU");
-            const float* v = g.data<float>();
-            flat.insert(flat.end(), v, v + g.numel());
+            FG_CHECK(g.defined() && g.dtype() == DType::f32, "train", "rank ", dist_.rank,
+                     ": the gradient of '", params_[static_cast<std::size_t>(i)].name,
+                     "' is missing or not f32");
+            total += g.numel();
         }
-        group_->all_reduce_sum(flat.data(), flat.size());
-        std::size_t at = 0;
+        Tensor flat = Tensor::empty({total}, DType::f32, device_);
+        std::int64_t at = 0;
+        for (int i : bucket.params) {
+            const Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
+            copy_into(flat, at, g);
+            at += g.numel();
+        }
+        if (nccl_) {
+            cuda_backend("train").nccl_all_reduce_sum(nccl_.get(), flat.raw_data(),
+                                                      static_cast<std::size_t>(total),
+                                                      kernels::ScalarType::f32);
+        } else {
+            group_->all_reduce_sum(flat.data<float>(), static_cast<std::size_t>(total));
+        }
+        flat = scale(flat, share);
+        at = 0;
         for (int i : bucket.params) {
             Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
-            float* v = g.data<float>();
-            for (std::int64_t k = 0; k < g.numel(); ++k)
-                v[k] = static_cast<float>(static_cast<double>(flat[at++]) * share);
+            copy_from(g, flat, at);
+            at += g.numel();
         }
     }
     // The loss, and whether any rank was asked to stop (Ctrl-C, SIGTERM): all ranks then stop
@@ -728,7 +775,10 @@ void Trainer::run(std::int64_t stop_at) {
     const char* clear_bar = progress_bar_ ? "\r\x1b[K" : "";  // erase the bar before a log line
     if (device_ == Device::cuda) reset_peak_memory(Device::cuda);
     // The first step of this call runs eagerly; the next is captured, when it can be.
-    const std::string no_graph = cuda_graph_unsupported(c, device_, *opt_);
+    const std::string no_graph =
+        group_ && device_ == Device::cuda
+            ? "several ranks: the gradients' exchange is not part of the captured step yet"
+            : cuda_graph_unsupported(c, device_, *opt_);
     if (step_ < last)
         log_ << "steps: " << (no_graph.empty() ? "captured as one CUDA graph from the second "
                                                  "step on (kernels.cuda_graph)"

@@ -112,6 +112,7 @@ private:
     double flops_per_token_ = 0.0;  // training FLOPs per token of this model
     DistributedEnv dist_;              // this process's rank among WORLD_SIZE
     std::unique_ptr<TcpGroup> group_;  // the other ranks, when there are several
+    std::shared_ptr<void> nccl_;       // CUDA ranks: their NCCL communicator
     std::vector<GradBucket> buckets_;  // the gradients, grouped for the ranks' sums
     bool stop_agreed_ = false;         // the ranks agreed to stop (should_stop)
     std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly

@@ -207,17 +207,34 @@ TEST_CASE("the memory estimate of a step is close to the CUDA allocator's peak",
     }
 }
 
-TEST_CASE("several ranks on CUDA are refused until NCCL is used, saying so", "[gpu][train]") {
+TEST_CASE("NCCL sums over one rank, or a build without it refuses CUDA ranks saying so",
+          "[gpu][train][distributed]") {
     REQUIRE(cuda_is_available());
-    ::setenv("WORLD_SIZE", "2", 1);
-    ::setenv("RANK", "0", 1);
-    std::ostringstream log;
-    const std::string dir = "/tmp/fg_gpu_two_ranks";
-    std::filesystem::remove_all(dir);
-    Config c = test::tiny_addition_run(dir, 2, {"train.device=cuda"});
-    CHECK_THROWS_WITH(Trainer(c, log), Catch::Matchers::Contains(
-                                           "several ranks on CUDA need NCCL, which this fusegrad "
-                                           "cannot use yet"));
-    ::unsetenv("WORLD_SIZE");
-    ::unsetenv("RANK");
+    CudaBackend& cuda = cuda_backend("test");
+    if (!cuda.nccl_unavailable().empty()) {
+        ::setenv("WORLD_SIZE", "2", 1);
+        ::setenv("RANK", "0", 1);
+        std::ostringstream log;
+        Config c = test::tiny_addition_run("/tmp/fg_gpu_two_ranks", 2, {"train.device=cuda"});
+        CHECK_THROWS_WITH(Trainer(c, log), Catch::Matchers::Contains(
+                                               "several CUDA ranks sum their gradients with NCCL, "
+                                               "but this fusegrad was built without NCCL"));
+        ::unsetenv("WORLD_SIZE");
+        ::unsetenv("RANK");
+        return;
+    }
+    // One rank: the communicator is made from a fresh id, and a sum over one rank is the
+    // values themselves, in f32 and bf16.
+    CHECK_FALSE(cuda.nccl_version().empty());
+    void* comm = cuda.nccl_communicator(cuda.nccl_unique_id(), 1, 0);
+    for (DType dt : {DType::f32, DType::bf16}) {
+        Tensor x = test::random_f32({1000}).to(Device::cuda);
+        if (dt == DType::bf16) x = cast(x, dt);
+        const std::vector<float> before = cast(x, DType::f32).to_vector<float>();
+        cuda.nccl_all_reduce_sum(comm, x.raw_data(), 1000,
+                                 dt == DType::f32 ? kernels::ScalarType::f32
+                                                  : kernels::ScalarType::bf16);
+        CHECK(cast(x, DType::f32).to_vector<float>() == before);
+    }
+    cuda.nccl_destroy(comm);
 }
