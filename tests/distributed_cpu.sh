@@ -6,7 +6,8 @@
 #   3. rank 0 alone writes: the run directory holds one run's files, rank 1 prints nothing;
 #   4. a killed rank stops the other within seconds, with a message, instead of a hang;
 #   5. `fusegrad train --ranks 2` starts the same two ranks itself: the same metrics;
-#   6. SIGTERM to it stops both ranks after the same step, rank 0 saving it.
+#   6. SIGTERM to it stops both ranks after the same step, rank 0 saving it;
+#   7. a run saved by one process resumes on two ranks as it resumes on one.
 set -euo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -87,10 +88,28 @@ grep -q "^stopped at step [0-9]*; checkpoint saved" "$work/term.log" || { cat "$
 grep -q "weights are identical" "$work/term.log" || { cat "$work/term.log"; exit 1; }
 [ -f "$work/term/checkpoint.json" ] || { echo "no checkpoint after SIGTERM"; exit 1; }
 
+# 7. Resume with another number of ranks: the one-process run, continued to step 40 by one
+# process and (from a copy) by two ranks: the same losses.
+cp -r "$work/one" "$work/one_copy"
+"$bin" train --resume "$work/one" --set train.steps=40 > "$work/resume1.log" 2>&1 ||
+    { cat "$work/resume1.log"; exit 1; }
+"$bin" train --resume "$work/one_copy" --set train.steps=40 --ranks 2 > "$work/resume2.log" 2>&1 ||
+    { cat "$work/resume2.log"; exit 1; }
+paste <(grep '"ms"' "$work/one/metrics.jsonl" | tail -10) \
+      <(grep '"ms"' "$work/one_copy/metrics.jsonl" | tail -10) |
+    awk -F'\t' '{
+        split($1, a, /"loss":/); split(a[2], x, ",");
+        split($2, b, /"loss":/); split(b[2], y, ",");
+        d = x[1] - y[1]; if (d < 0) d = -d;
+        if (d > 2e-5) { print "resumed step " NR ": one process " x[1] ", two ranks " y[1]; bad = 1 }
+        n++
+    } END { if (bad || n != 10) { print n " resumed steps compared"; exit 1 } }'
+
 # A launch inside a launch is refused.
 out=$(WORLD_SIZE=2 "$bin" train configs/addition.yaml --ranks 2 2>&1) && exit 1
 grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<< "$out" ||
     { echo "$out"; exit 1; }
 
 echo "two CPU ranks: the same losses as one process, identical weights, rank 0 alone writes;" \
-     "a killed rank stops the other in $stopped_in s; --ranks 2 the same; SIGTERM stops both"
+     "a killed rank stops the other in $stopped_in s; --ranks 2 the same; SIGTERM stops both;" \
+     "a one-process checkpoint resumes on two ranks"
