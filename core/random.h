@@ -27,15 +27,29 @@ public:
         return first;
     }
     // The same, starting at a multiple of 4 (dropout draws four decisions per Philox call: see
-    // kernels/philox.h); up to 3 counters are skipped.
+    // kernels/philox.h); up to 3 counters are skipped. With a shard set (below), the draw is
+    // this rank's share of a draw of `shards` times n counters: it returns the first counter of
+    // share `shard`, and the generator moves past all of them.
     std::uint64_t advance_aligned(std::uint64_t n) {
         offset_ = (offset_ + 3) / 4 * 4;
-        return advance(n);
+        if (shards_ == 1) return advance(n);
+        const std::uint64_t stride = (n + 3) / 4 * 4;
+        const std::uint64_t first = offset_ + static_cast<std::uint64_t>(shard_) * stride;
+        offset_ += static_cast<std::uint64_t>(shards_) * stride;
+        return first;
+    }
+    // Data-parallel ranks (train/distributed.h) hold shard `shard` of `shards` equal slices of
+    // every batch, in rank order: drawing dropout masks through advance_aligned, each rank then
+    // gets the counters one process would use for its rows, and so the same masks.
+    void set_shard(int shard, int shards) {
+        shard_ = shard;
+        shards_ = shards;
     }
 
 private:
     std::uint64_t seed_;
     std::uint64_t offset_ = 0;
+    int shard_ = 0, shards_ = 1;
 };
 
 // The process-wide generator that ops use when none is given (dropout, init).

@@ -13,6 +13,7 @@ bin=$1
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 sets=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set data.digits=1
+      --set model.dropout=0.1
       --set train.device=cpu --set train.batch_size=16 --set train.steps=30
       --set train.eval_interval=10 --set train.checkpoint_interval=10 --set train.eval_iters=2)
 port=$((20000 + RANDOM % 30000))

@@ -237,3 +237,35 @@ TEST_CASE("a trainer of several ranks refuses a batch it cannot split evenly", "
     ::unsetenv("RANK");
     CHECK_FALSE(std::filesystem::exists(dir));
 }
+
+TEST_CASE("sharded dropout counters are one process's, split by rank", "[distributed]") {
+    // A draw of 2 x 8 counters by one process, and each rank's 8 of it.
+    Generator one(5), rank0(5), rank1(5);
+    rank0.set_shard(0, 2);
+    rank1.set_shard(1, 2);
+    CHECK(one.advance_aligned(16) == 0);
+    CHECK(rank0.advance_aligned(8) == 0);
+    CHECK(rank1.advance_aligned(8) == 8);
+    CHECK(rank0.offset() == one.offset());
+    CHECK(rank1.offset() == one.offset());
+    one.advance(3);  // unaligned: the next aligned draw starts at the next multiple of 4
+    rank0.advance(3);
+    rank1.advance(3);
+    CHECK(one.advance_aligned(40) == 20);
+    CHECK(rank0.advance_aligned(20) == 20);
+    CHECK(rank1.advance_aligned(20) == 40);
+    CHECK(rank0.offset() == one.offset());
+    // Dropout on a rank's rows keeps what dropout on the whole batch keeps in those rows.
+    Generator& g = default_generator();
+    const Tensor x = Tensor::ones({4, 8});
+    g.set_state(9, 0);
+    const std::vector<float> whole = dropout(x, 0.5, true).to_vector<float>();
+    for (int r = 0; r < 2; ++r) {
+        g.set_state(9, 0);
+        g.set_shard(r, 2);
+        const std::vector<float> mine = dropout(x.slice(2 * r, 2 * r + 2), 0.5, true).to_vector<float>();
+        CHECK(mine == std::vector<float>(whole.begin() + 16 * r, whole.begin() + 16 * (r + 1)));
+    }
+    g.set_shard(0, 1);
+    CHECK(std::find(whole.begin(), whole.end(), 0.0f) != whole.end());  // some were dropped
+}

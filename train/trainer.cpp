@@ -273,6 +273,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
     opt_ = make_optimizer(c, params_);
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
+    // Ranks draw their rows' share of each dropout mask: one process's masks (core/random.h).
+    default_generator().set_shard(dist_.rank, dist_.world_size);
     set_allow_tf32(c.train.precision == "tf32");
     flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
                                            c.model.n_layer, c.model.n_embd, data_->sequence_length());
