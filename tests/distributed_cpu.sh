@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/distributed_cpu.sh FUSEGRAD: data-parallel training with two CPU ranks (train/distributed.h)
 # against one process, through the environment torchrun sets (RANK, WORLD_SIZE, MASTER_PORT):
-#   1. the two ranks' losses are the single process's, to float rounding (same global batch);
+#   1. the two ranks' losses are the single process's, to float rounding (same global batch),
+#      and so are their evaluations (which the ranks share);
 #   2. the ranks' weights are bitwise identical at the end (the trainer checks a hash of them);
 #   3. rank 0 alone writes: the run directory holds one run's files, rank 1 prints nothing;
 #   4. a killed rank stops the other within seconds, with a message, instead of a hang;
@@ -35,6 +36,15 @@ paste <(grep '"ms"' "$work/one/metrics.jsonl") <(grep '"ms"' "$work/two/metrics.
         if (d > 2e-5) { print "step " NR ": one process " x[1] ", two ranks " y[1]; bad = 1 }
         n++
     } END { if (bad || n != 30) { print n " steps compared"; exit 1 } }'
+# ... and the evaluations (the ranks share the batches and problems, then add their totals).
+paste <(grep '"val_loss"' "$work/one/metrics.jsonl") <(grep '"val_loss"' "$work/two/metrics.jsonl") |
+    awk -F'\t' '{
+        split($1, a, /"val_loss":/); split(a[2], x, /[,}]/);
+        split($2, b, /"val_loss":/); split(b[2], y, /[,}]/);
+        d = x[1] - y[1]; if (d < 0) d = -d;
+        if (d > 2e-5) { print "eval " NR ": one process " x[1] ", two ranks " y[1]; bad = 1 }
+        n++
+    } END { if (bad || n != 3) { print n " evaluations compared"; exit 1 } }'
 # 2. The weights' check, and the ranks line, in rank 0's log.
 grep -q "ranks: the 2 ranks' weights are identical after step 30" "$work/rank0.log" ||
     { cat "$work/rank0.log"; echo "no identical-weights line"; exit 1; }

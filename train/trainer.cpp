@@ -672,7 +672,15 @@ void Trainer::collect_captured_steps() {
     }
 }
 
-EvalResult Trainer::evaluate() { return evaluate_model(*model_, *data_, cfg_, device_); }
+EvalResult Trainer::evaluate() {
+    EvalShare share;
+    if (group_) {
+        share.rank = dist_.rank;
+        share.world_size = dist_.world_size;
+        share.sum = [this](double* v, std::size_t n) { group_->all_reduce_sum(v, n); };
+    }
+    return evaluate_model(*model_, *data_, cfg_, device_, share);
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const Config& c, const std::vector<NamedParam>& params) {
     if (c.optim.name == "sgd")
@@ -698,40 +706,55 @@ std::unique_ptr<Dataset> make_dataset(const Config& c) {
     return std::make_unique<TextData>(c.data.path, c.data.val_fraction, c.model.block_size);
 }
 
-EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, Device device) {
+EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, Device device,
+                          const EvalShare& share) {
     NoGradGuard no_grad;
     bool was_training = model.training();
     model.train(false);
     EvalResult r;
     Generator gen(static_cast<std::uint64_t>(cfg.train.seed) + 3);  // the same batches each time
+    const auto mine = [&share](std::int64_t i) { return i % share.world_size == share.rank; };
+    double totals[3] = {0.0, 0.0, 0.0};  // train loss, val loss, held-out problems right
     for (Split split : {Split::train, Split::val}) {
-        double total = 0.0;
+        double& total = totals[split == Split::train ? 0 : 1];
         for (std::int64_t i = 0; i < cfg.train.eval_iters; ++i) {
-            Batch b = data.batch(split, cfg.train.batch_size, gen, device);
-            total += model.loss(model.forward(b.inputs), b.targets).item();
+            // Every rank draws every batch (the generator moves the same way), its own it uses.
+            Batch b = data.batch(split, cfg.train.batch_size, gen, mine(i) ? device : Device::cpu);
+            if (mine(i)) total += model.loss(model.forward(b.inputs), b.targets).item();
         }
-        (split == Split::train ? r.train_loss : r.val_loss) = total / cfg.train.eval_iters;
     }
-    if (auto* add = dynamic_cast<const AdditionData*>(&data)) {
-        auto pairs = add->held_out_pairs();
-        if (pairs.size() > 2000) pairs.resize(2000);
-        std::vector<std::int32_t> prompt_ids;
-        for (auto [a, b] : pairs) {
-            std::vector<std::int32_t> ids = add->vocab().encode(add->prompt(a, b));
-            prompt_ids.insert(prompt_ids.end(), ids.begin(), ids.end());
+    const AdditionData* add = dynamic_cast<const AdditionData*>(&data);
+    std::int64_t problems = 0;
+    if (add) {
+        auto all_pairs = add->held_out_pairs();
+        if (all_pairs.size() > 2000) all_pairs.resize(2000);
+        problems = static_cast<std::int64_t>(all_pairs.size());
+        std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
+        for (std::size_t i = 0; i < all_pairs.size(); ++i)
+            if (mine(static_cast<std::int64_t>(i))) pairs.push_back(all_pairs[i]);
+        if (!pairs.empty()) {  // a rank may have none of few problems
+            std::vector<std::int32_t> prompt_ids;
+            for (auto [a, b] : pairs) {
+                std::vector<std::int32_t> ids = add->vocab().encode(add->prompt(a, b));
+                prompt_ids.insert(prompt_ids.end(), ids.begin(), ids.end());
+            }
+            const auto n = static_cast<std::int64_t>(pairs.size()), p = 2 * add->digits() + 2;
+            Tensor out = generate(model, Tensor::from_vector(prompt_ids, {n, p}, device),
+                                  add->digits() + 1, 0.0, 0, gen, add->vocab().size());
+            std::vector<std::int32_t> ids = out.to_vector<std::int32_t>();
+            const std::int64_t width = p + add->digits() + 1;
+            for (std::int64_t i = 0; i < n; ++i) {
+                std::vector<std::int32_t> row(ids.begin() + i * width,
+                                              ids.begin() + (i + 1) * width);
+                const auto [x, y] = pairs[static_cast<std::size_t>(i)];
+                totals[2] += add->vocab().decode(row) == add->problem(x, y);
+            }
         }
-        const auto n = static_cast<std::int64_t>(pairs.size()), p = 2 * add->digits() + 2;
-        Tensor out = generate(model, Tensor::from_vector(prompt_ids, {n, p}, device),
-                              add->digits() + 1, 0.0, 0, gen, add->vocab().size());
-        std::vector<std::int32_t> ids = out.to_vector<std::int32_t>();
-        const std::int64_t width = p + add->digits() + 1;
-        std::int64_t correct = 0;
-        for (std::int64_t i = 0; i < n; ++i) {
-            std::vector<std::int32_t> row(ids.begin() + i * width, ids.begin() + (i + 1) * width);
-            correct += add->vocab().decode(row) == add->problem(pairs[i].first, pairs[i].second);
-        }
-        r.accuracy = n ? static_cast<double>(correct) / n : 0.0;
     }
+    if (share.sum) share.sum(totals, 3);
+    r.train_loss = totals[0] / static_cast<double>(cfg.train.eval_iters);
+    r.val_loss = totals[1] / static_cast<double>(cfg.train.eval_iters);
+    if (add) r.accuracy = problems ? totals[2] / static_cast<double>(problems) : 0.0;
     model.train(was_training);
     return r;
 }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -146,7 +147,14 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& config, const std::vecto
 std::unique_ptr<Dataset> make_dataset(const Config& config);
 // Mean train and validation loss over eval_iters batches (the same batches every time), and for
 // addition the exact-match accuracy on (up to 2000) held-out problems by greedy decoding.
-EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& config, Device device);
+// Several ranks share the work: rank r takes batches and problems r, r + N, ..., and `sum` adds
+// the ranks' totals (every rank then returns the same result).
+struct EvalShare {
+    int rank = 0, world_size = 1;
+    std::function<void(double*, std::size_t)> sum;  // over the ranks, in place
+};
+EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& config, Device device,
+                          const EvalShare& share = {});
 Device resolve_device(const std::string& name);  // auto, cpu or cuda (an error without CUDA)
 
 // Greedy (temperature 0) or sampled continuation of `prompts` (i32 (N, P)) by `steps` tokens;
