@@ -30,6 +30,9 @@ public:
         } else {
             add_(leaf_->grad, incoming);
         }
+        // The engine runs this node once per backward, when every edge into it has delivered:
+        // the gradient is now final for this backward.
+        if (leaf_->post_accumulate_grad_hook) leaf_->post_accumulate_grad_hook();
         return {};
     }
 

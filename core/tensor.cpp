@@ -232,6 +232,11 @@ Tensor& Tensor::set_requires_grad(bool on) {
 
 Tensor Tensor::grad() const { return impl_->grad; }
 void Tensor::zero_grad() { impl_->grad = Tensor(); }
+void Tensor::set_post_accumulate_grad_hook(std::function<void()> hook) {
+    FG_CHECK(is_leaf(), "set_post_accumulate_grad_hook", "the tensor of shape ", shape_str(shape()),
+             " is not a leaf (it was made by ", grad_fn()->name(), "): only leaves accumulate");
+    impl_->post_accumulate_grad_hook = std::move(hook);
+}
 void Tensor::set_grad(const Tensor& g) {
     FG_CHECK(!g.defined() || g.shape() == shape(), "set_grad", "gradient has shape ",
              shape_str(g.shape()), ", tensor has shape ", shape_str(shape()));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -88,6 +89,11 @@ public:
     Tensor grad() const;    // undefined until a backward reaches this leaf
     void zero_grad();       // drops the gradient (the next backward starts a fresh one)
     void set_grad(const Tensor& grad);
+    // Runs `hook` each time a backward has finished adding into this leaf's gradient: once per
+    // backward that reaches the leaf, after all of its contributions (both uses of a tied weight,
+    // say), so grad() is then final for that backward. An empty function removes it. Leaves
+    // only. What data-parallel training starts its gradient exchange from (train/grad_exchange.h).
+    void set_post_accumulate_grad_hook(std::function<void()> hook);
     const std::shared_ptr<Node>& grad_fn() const;
     // Backpropagates from this tensor. Without `grad`, the tensor must hold one element.
     void backward(const Tensor& grad = Tensor()) const;
@@ -114,6 +120,7 @@ struct TensorImpl {
     std::shared_ptr<Node> grad_fn;    // the node that produced this tensor (non-leaves)
     int output_nr = 0;                // which output of grad_fn this is
     std::weak_ptr<Node> accumulator;  // leaves: the node that adds into grad
+    std::function<void()> post_accumulate_grad_hook;  // leaves: see Tensor's setter
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);

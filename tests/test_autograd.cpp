@@ -1,5 +1,7 @@
 // tests/test_autograd.cpp: the tape itself: accumulation where paths meet, leaf .grad across
 // backward calls, zero_grad, NoGradGuard, detach, freed graphs and non-scalar roots.
+#include <algorithm>
+
 #include "core/error.h"
 #include "test_helpers.h"
 
@@ -89,4 +91,41 @@ TEST_CASE("frozen inputs get no gradient", "[autograd]") {
     sum(matmul(a, b)).backward();
     REQUIRE(a.grad().defined());
     REQUIRE_FALSE(b.grad().defined());
+}
+
+TEST_CASE("a post-accumulate hook runs once a backward, after every contribution", "[autograd]") {
+    // w is used twice (as a tied weight is), b once; w's hook must see the sum of both uses.
+    Tensor w = Tensor::from_vector(std::vector<double>{1.0, 2.0}, {2});
+    Tensor b = Tensor::from_vector(std::vector<double>{0.5, 0.5}, {2});
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    std::vector<std::string> order;
+    std::vector<double> w_seen;
+    w.set_post_accumulate_grad_hook([&] {
+        order.push_back("w");
+        w_seen = w.grad().to_vector<double>();
+    });
+    b.set_post_accumulate_grad_hook([&] { order.push_back("b"); });
+    // y = sum(3 w + w * b): dy/dw = 3 + b, dy/db = w.
+    auto forward = [&] { return sum(add(scale(w, 3.0), mul(w, b))); };
+    forward().backward();
+    REQUIRE(order.size() == 2);
+    REQUIRE(std::count(order.begin(), order.end(), "w") == 1);
+    REQUIRE(w_seen == std::vector<double>{3.5, 3.5});
+    // A second backward adds into the gradient and runs the hook again, with the total.
+    forward().backward();
+    REQUIRE(order.size() == 4);
+    REQUIRE(w_seen == std::vector<double>{7.0, 7.0});
+    // No gradient reaches b: its hook does not run.
+    sum(scale(w, 1.0)).backward();
+    REQUIRE(order.size() == 5);
+    REQUIRE(order.back() == "w");
+    // Removed, it runs no more.
+    w.set_post_accumulate_grad_hook(nullptr);
+    sum(scale(w, 1.0)).backward();
+    REQUIRE(order.size() == 5);
+    // Only leaves accumulate.
+    Tensor y = scale(w, 2.0);
+    REQUIRE_THROWS_WITH(y.set_post_accumulate_grad_hook([] {}),
+                        Contains("is not a leaf (it was made by"));
 }
