@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "runtime.h"
@@ -23,7 +24,28 @@ ncclDataType_t nccl_type(ScalarType t) {
     if (t == ScalarType::f32) return ncclFloat32;
     if (t == ScalarType::bf16) return ncclBfloat16;
     if (t == ScalarType::f16) return ncclFloat16;
-    throw std::invalid_argument("[nccl] sums f32, bf16 or f16 values only");
+    throw std::invalid_argument("[nccl] exchanges f32, bf16 or f16 values only");
+}
+
+// What nccl_communicator hands out: NCCL's communicator, the stream its collectives run on, and
+// the events that order that stream after fusegrad's and fusegrad's after it.
+struct Communicator {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t queued = nullptr;  // recorded on fusegrad's stream before each collective
+    cudaEvent_t done = nullptr;    // recorded on the communicator's stream at nccl_join
+};
+
+Communicator& unwrap(void* communicator) {
+    if (communicator == nullptr) throw std::invalid_argument("[nccl] no communicator");
+    return *static_cast<Communicator*>(communicator);
+}
+
+// The communicator's stream waits for everything queued on fusegrad's stream so far.
+cudaStream_t after_fusegrad(Communicator& c) {
+    FG_CUDA_CHECK(cudaEventRecord(c.queued, stream()));
+    FG_CUDA_CHECK(cudaStreamWaitEvent(c.stream, c.queued, 0));
+    return c.stream;
 }
 
 }  // namespace
@@ -51,20 +73,56 @@ void* nccl_communicator(const std::vector<std::uint8_t>& unique_id, int world_si
         throw std::invalid_argument("[nccl] the unique id has " + std::to_string(unique_id.size()) +
                                     " bytes, NCCL's has " + std::to_string(sizeof id));
     std::memcpy(&id, unique_id.data(), sizeof id);
-    ncclComm_t comm = nullptr;
-    check(ncclCommInitRank(&comm, world_size, id, rank), "ncclCommInitRank");
-    return comm;
+    auto c = std::make_unique<Communicator>();
+    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    FG_CUDA_CHECK(cudaEventCreateWithFlags(&c->queued, cudaEventDisableTiming));
+    FG_CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+    try {
+        check(ncclCommInitRank(&c->comm, world_size, id, rank), "ncclCommInitRank");
+    } catch (...) {
+        nccl_destroy(c.release());
+        throw;
+    }
+    return c.release();
 }
 
 void nccl_destroy(void* communicator) noexcept {
-    if (communicator) ncclCommDestroy(static_cast<ncclComm_t>(communicator));
+    if (!communicator) return;
+    auto* c = static_cast<Communicator*>(communicator);
+    if (c->comm) ncclCommDestroy(c->comm);
+    if (c->done) cudaEventDestroy(c->done);
+    if (c->queued) cudaEventDestroy(c->queued);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    delete c;
 }
 
 void nccl_all_reduce_sum(void* communicator, void* data, std::size_t count, ScalarType type) {
     if (count == 0) return;
-    check(ncclAllReduce(data, data, count, nccl_type(type), ncclSum,
-                        static_cast<ncclComm_t>(communicator), stream()),
+    Communicator& c = unwrap(communicator);
+    check(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, c.comm, after_fusegrad(c)),
           "ncclAllReduce");
+}
+
+void nccl_reduce_scatter_sum(void* communicator, const void* in, void* out, std::size_t count,
+                             ScalarType type) {
+    if (count == 0) return;
+    Communicator& c = unwrap(communicator);
+    check(ncclReduceScatter(in, out, count, nccl_type(type), ncclSum, c.comm, after_fusegrad(c)),
+          "ncclReduceScatter");
+}
+
+void nccl_all_gather(void* communicator, const void* in, void* out, std::size_t count,
+                     ScalarType type) {
+    if (count == 0) return;
+    Communicator& c = unwrap(communicator);
+    check(ncclAllGather(in, out, count, nccl_type(type), c.comm, after_fusegrad(c)),
+          "ncclAllGather");
+}
+
+void nccl_join(void* communicator) {
+    Communicator& c = unwrap(communicator);
+    FG_CUDA_CHECK(cudaEventRecord(c.done, c.stream));
+    FG_CUDA_CHECK(cudaStreamWaitEvent(stream(), c.done, 0));
 }
 
 }  // namespace fg::kernels

@@ -1,8 +1,9 @@
 // kernels/nccl.h: NCCL, the library that sums tensors across GPUs, as data-parallel training
-// uses it (train/distributed.h): one communicator a process, its GPU's gradients summed in place
-// on fusegrad's stream. Plain C++ (no CUDA types), so core/ and train/ can include it. Built from
-// kernels/nccl.cpp with NCCL (FG_NCCL, cmake/FusegradNccl.cmake), else from kernels/nccl_stub.cpp,
-// whose functions say NCCL is missing.
+// uses it (train/grad_exchange.h): one communicator a process, with a stream of its own on which
+// the gradients are summed while fusegrad's stream goes on with the backward. Plain C++ (no CUDA
+// types), so core/ and train/ can include it. Built from kernels/nccl.cpp with NCCL (FG_NCCL,
+// cmake/FusegradNccl.cmake), else from kernels/nccl_stub.cpp, whose functions say NCCL is
+// missing.
 #pragma once
 
 #include <cstddef>
@@ -24,8 +25,23 @@ std::vector<std::uint8_t> nccl_unique_id();
 // This process's communicator among world_size ranks (collective: every rank calls it).
 void* nccl_communicator(const std::vector<std::uint8_t>& unique_id, int world_size, int rank);
 void nccl_destroy(void* communicator) noexcept;
-// Sums `count` values of `type` (f32, bf16 or f16) in place over the ranks, on fusegrad's stream;
-// every rank gets the same bits.
+// The collectives. Each is queued on the communicator's own stream, after all the work already
+// queued on fusegrad's stream (so it reads what that work wrote), and runs beside whatever is
+// queued there afterwards: how the gradients' exchange overlaps the backward. nccl_join makes
+// fusegrad's stream wait for every collective queued so far; until then, work on fusegrad's
+// stream must not touch their buffers. Every rank must queue the same collectives in the same
+// order. Types: f32, bf16 or f16.
+// Sums `count` values in place over the ranks; every rank gets the same bits.
 void nccl_all_reduce_sum(void* communicator, void* data, std::size_t count, ScalarType type);
+// Sums `in` (world_size * count values) over the ranks and leaves this rank's slice of the sums
+// (`count` values from rank * count) in `out`.
+void nccl_reduce_scatter_sum(void* communicator, const void* in, void* out, std::size_t count,
+                             ScalarType type);
+// Every rank's `count` values of `in`, in rank order, into `out` (world_size * count values);
+// `in` may be this rank's slice of `out` (out + rank * count).
+void nccl_all_gather(void* communicator, const void* in, void* out, std::size_t count,
+                     ScalarType type);
+// fusegrad's stream waits (on the GPU; the host does not) for the collectives queued so far.
+void nccl_join(void* communicator);
 
 }  // namespace fg::kernels

@@ -17,5 +17,8 @@ std::vector<std::uint8_t> nccl_unique_id() { missing(); }
 void* nccl_communicator(const std::vector<std::uint8_t>&, int, int) { missing(); }
 void nccl_destroy(void*) noexcept {}
 void nccl_all_reduce_sum(void*, void*, std::size_t, ScalarType) { missing(); }
+void nccl_reduce_scatter_sum(void*, const void*, void*, std::size_t, ScalarType) { missing(); }
+void nccl_all_gather(void*, const void*, void*, std::size_t, ScalarType) { missing(); }
+void nccl_join(void*) { missing(); }
 
 }  // namespace fg::kernels

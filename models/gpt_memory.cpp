@@ -18,7 +18,8 @@ std::string TrainingMemory::describe() const {
     const std::vector<std::pair<const char*, double>> terms{
         {"parameters", parameters},     {"gradients", gradients},
         {"optimizer state", optimizer_state}, {"16-bit weight copies", weight_copies},
-        {"activations", activations},   {"workspace", workspace}};
+        {"activations", activations},   {"workspace", workspace},
+        {"gradient exchange", exchange}};
     bool first = true;
     for (const auto& [name, value] : terms) {
         if (value <= 0) continue;

@@ -29,8 +29,10 @@ struct TrainingMemory {
     double activations = 0;  // saved by the forward and not yet used by the backward
     double gradients = 0;    // f32 gradients made so far (zero_grad frees them each step)
     double workspace = 0;    // buffers of the op running then
+    double exchange = 0;     // several ranks: the gradients' flat buckets (train/grad_exchange.h)
     double total() const {
-        return parameters + gradients + optimizer_state + weight_copies + activations + workspace;
+        return parameters + gradients + optimizer_state + weight_copies + activations + workspace +
+               exchange;
     }
     // "1.52 GiB: parameters 41.0 MiB, gradients 41.0 MiB, ..." (only the non-zero terms)
     std::string describe() const;

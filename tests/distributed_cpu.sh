@@ -8,7 +8,12 @@
 #   4. a killed rank stops the other within seconds, with a message, instead of a hang;
 #   5. `fusegrad train --ranks 2` starts the same two ranks itself: the same metrics;
 #   6. SIGTERM to it stops both ranks after the same step, rank 0 saving it;
-#   7. a run saved by one process resumes on two ranks as it resumes on one.
+#   7. a run saved by one process resumes on two ranks as it resumes on one;
+#   8. ZeRO-1 (train.zero=1) with small buckets exchanged during the backward and two
+#      micro-batches: one process's losses, identical weights, every bucket started before the
+#      backward ended; the same buckets without ZeRO, too;
+#   9. a ZeRO-1 checkpoint (AdamW's state gathered whole) resumes on one process and on two
+#      ranks with ZeRO as one process's checkpoint resumes.
 set -euo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -116,6 +121,59 @@ paste <(grep '"ms"' "$work/one/metrics.jsonl" | tail -10) \
         n++
     } END { if (bad || n != 10) { print n " resumed steps compared"; exit 1 } }'
 
+# The losses of the last $3 steps of two metrics files must agree within 2e-5.
+same_losses() {
+    paste <(grep '"ms"' "$1" | tail -n "$3") <(grep '"ms"' "$2" | tail -n "$3") |
+        awk -F'\t' -v want="$3" '{
+            split($1, a, /"loss":/); split(a[2], x, ",");
+            split($2, b, /"loss":/); split(b[2], y, ",");
+            d = x[1] - y[1]; if (d < 0) d = -d;
+            if (d > 2e-5) { print "step " NR ": " x[1] " against " y[1]; bad = 1 }
+            k++
+        } END { if (bad || k != want) { print k " steps compared"; exit 1 } }'
+}
+
+# Every bucket's exchange started while the last step's backward ran (their hooks fired), and
+# there were several.
+all_started_in_backward() {
+    local line started of buckets
+    line=$(grep "^ranks: the last step started" "$1") || { cat "$1"; exit 1; }
+    read -r started of buckets <<< "$(sed 's/.*started \([0-9]*\) of \([0-9]*\) .*/\1 of \2/' <<< "$line")"
+    [ "$started" = "$buckets" ] && [ "$buckets" -gt 3 ] || { echo "$1: $line"; exit 1; }
+}
+
+# 8. ZeRO-1 and small buckets (train.bucket_mb: a few KiB, so the tiny model has many), two
+# micro-batches a step: the losses of one process with the same global batch.
+accum=(--set train.batch_size=8 --set train.grad_accum=2)
+"$bin" train configs/addition.yaml "${sets[@]}" "${accum[@]}" --set train.out_dir="$work/one_accum" \
+    > "$work/one_accum.log"
+for zero in 1 0; do
+    "$bin" train configs/addition.yaml "${sets[@]}" "${accum[@]}" --ranks 2 --set train.zero=$zero \
+        --set train.bucket_mb=0.002 --set train.out_dir="$work/zero$zero" > "$work/zero$zero.log" 2>&1 ||
+        { cat "$work/zero$zero.log"; exit 1; }
+    same_losses "$work/one_accum/metrics.jsonl" "$work/zero$zero/metrics.jsonl" 30 ||
+        { echo "train.zero=$zero on two ranks trained differently from one process"; exit 1; }
+    grep -q "ranks: the 2 ranks' weights are identical after step 30" "$work/zero$zero.log" ||
+        { cat "$work/zero$zero.log"; exit 1; }
+    all_started_in_backward "$work/zero$zero.log"
+done
+grep -q "^ranks: 2, .*(ZeRO-1: reduce-scattered" "$work/zero1.log" || { cat "$work/zero1.log"; exit 1; }
+
+# 9. The ZeRO-1 run's checkpoint resumed to step 40 on one process, and on two ranks with ZeRO:
+# the losses of the one-process run resumed the same way.
+cp -r "$work/zero1" "$work/zero1_copy"
+"$bin" train --resume "$work/one_accum" --set train.steps=40 > "$work/resume_one.log" 2>&1 ||
+    { cat "$work/resume_one.log"; exit 1; }
+"$bin" train --resume "$work/zero1" --set train.steps=40 > "$work/resume_zero_one.log" 2>&1 ||
+    { cat "$work/resume_zero_one.log"; exit 1; }
+"$bin" train --resume "$work/zero1_copy" --set train.steps=40 --ranks 2 \
+    > "$work/resume_zero_two.log" 2>&1 || { cat "$work/resume_zero_two.log"; exit 1; }
+same_losses "$work/one_accum/metrics.jsonl" "$work/zero1/metrics.jsonl" 10 ||
+    { echo "a ZeRO-1 checkpoint resumed on one process trained differently"; exit 1; }
+same_losses "$work/one_accum/metrics.jsonl" "$work/zero1_copy/metrics.jsonl" 10 ||
+    { echo "a ZeRO-1 checkpoint resumed on two ranks trained differently"; exit 1; }
+all_started_in_backward "$work/resume_zero_two.log"  # the loaded weights are hooked too
+
 # A launch inside a launch is refused.
 out=$(WORLD_SIZE=2 "$bin" train configs/addition.yaml --ranks 2 2>&1) && exit 1
 grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<< "$out" ||
@@ -123,4 +181,5 @@ grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<
 
 echo "two CPU ranks: the same losses as one process, identical weights, rank 0 alone writes;" \
      "a killed rank stops the other in $stopped_in s; --ranks 2 the same; SIGTERM stops both;" \
-     "a one-process checkpoint resumes on two ranks"
+     "a one-process checkpoint resumes on two ranks; ZeRO-1 and overlapped buckets the same;" \
+     "a ZeRO-1 checkpoint resumes on one process and on two ranks"

@@ -224,6 +224,100 @@ TEST_CASE("ranks sum values in rank order and gather bytes", "[distributed]") {
     }
 }
 
+TEST_CASE("ranks reduce-scatter and all-gather floats", "[distributed]") {
+    const int world = 3, port = free_port();
+    const std::size_t n = 4;  // values a rank
+    std::vector<std::vector<float>> slices(world), reduced(world), gathered(world);
+    std::vector<std::string> errors(world);
+    std::vector<std::thread> ranks;
+    // Rank r's input: value i is r * 100 + i, except element 0, whose float sum depends on the
+    // order (1e8 on rank 0, 1 elsewhere).
+    auto input = [&](int r) {
+        std::vector<float> v(world * n);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(r * 100 + int(i));
+        v[0] = r == 0 ? 1e8f : 1.0f;
+        return v;
+    };
+    for (int r = 0; r < world; ++r) {
+        ranks.emplace_back([&, r] {
+            try {
+                TcpGroup group(rank_env(r, world, port), 20.0);
+                std::vector<float> in = input(r);
+                slices[r].resize(n);
+                group.reduce_scatter_sum(in.data(), slices[r].data(), n);
+                reduced[r] = input(r);
+                group.all_reduce_sum(reduced[r].data(), reduced[r].size());
+                // All-gather in place: this rank's slice of the output is its input.
+                gathered[r].assign(world * n, -1.0f);
+                for (std::size_t i = 0; i < n; ++i) gathered[r][r * n + i] = float(r * 10 + int(i));
+                group.all_gather(gathered[r].data() + r * n, gathered[r].data(), n);
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+            }
+        });
+    }
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < world; ++r) {
+        INFO("rank " << r);
+        CHECK(errors[r].empty());
+        // The slice holds the bits the all-reduce gives there (the same order of additions).
+        for (std::size_t i = 0; i < n; ++i) CHECK(slices[r][i] == reduced[0][r * n + i]);
+        for (int q = 0; q < world; ++q)
+            for (std::size_t i = 0; i < n; ++i)
+                CHECK(gathered[r][q * n + i] == float(q * 10 + int(i)));
+    }
+    CHECK(reduced[0][0] == (1e8f + 1.0f) + 1.0f);
+    CHECK(reduced[0][5] == 3.0f * 5.0f + 300.0f);
+}
+
+TEST_CASE("ZeRO-1's slices cover every parameter element once", "[distributed]") {
+    const std::vector<std::int64_t> numels{10, 3, 7, 1, 64, 5};
+    for (int world : {1, 2, 3, 4, 7}) {
+        for (std::size_t cap : {std::size_t{16}, std::size_t{40}, std::size_t{1000}}) {
+            INFO("world " << world << ", cap " << cap);
+            const std::vector<BucketLayout> layout =
+                layout_buckets(plan_buckets(numels, 4, cap), numels, world);
+            std::vector<std::vector<int>> owner(numels.size());
+            for (std::size_t i = 0; i < numels.size(); ++i)
+                owner[i].assign(static_cast<std::size_t>(numels[i]), 0);
+            for (const BucketLayout& b : layout) {
+                CHECK(b.padded == b.shard * world);
+                CHECK(b.padded >= b.numel);
+                CHECK(b.padded - b.numel < world);
+                std::int64_t in_slices = 0;
+                for (int r = 0; r < world; ++r) {
+                    std::int64_t at = 0;  // pieces follow one another within the slice
+                    for (const ShardPiece& p : shard_pieces(b, r)) {
+                        CHECK(p.shard_offset == at);
+                        CHECK(p.count > 0);
+                        REQUIRE(p.param_offset + p.count <= numels[static_cast<std::size_t>(p.param)]);
+                        for (std::int64_t e = 0; e < p.count; ++e)
+                            ++owner[static_cast<std::size_t>(p.param)]
+                                   [static_cast<std::size_t>(p.param_offset + e)];
+                        at += p.count;
+                        in_slices += p.count;
+                    }
+                    CHECK(at <= b.shard);
+                }
+                CHECK(in_slices == b.numel);
+            }
+            for (std::size_t i = 0; i < numels.size(); ++i)
+                CHECK(std::count(owner[i].begin(), owner[i].end(), 1) == numels[i]);
+        }
+    }
+    // Two ranks, one bucket of 10 + 3 values: 7 each, the second slice with one of padding.
+    const std::vector<BucketLayout> two = layout_buckets({GradBucket{{1, 0}, 52}}, {10, 3}, 2);
+    REQUIRE(two.size() == 1);
+    CHECK(two[0].offsets == std::vector<std::int64_t>{0, 3});
+    CHECK(two[0].shard == 7);
+    const std::vector<ShardPiece> r0 = shard_pieces(two[0], 0), r1 = shard_pieces(two[0], 1);
+    REQUIRE(r0.size() == 2);
+    CHECK((r0[0].param == 1 && r0[0].param_offset == 0 && r0[0].count == 3));
+    CHECK((r0[1].param == 0 && r0[1].param_offset == 0 && r0[1].shard_offset == 3 && r0[1].count == 4));
+    REQUIRE(r1.size() == 1);
+    CHECK((r1[0].param == 0 && r1[0].param_offset == 4 && r1[0].shard_offset == 0 && r1[0].count == 6));
+}
+
 TEST_CASE("a trainer of several ranks refuses a batch it cannot split evenly", "[distributed]") {
     // The environment a launcher would set (read by the Trainer), restored after.
     ::setenv("WORLD_SIZE", "2", 1);
@@ -236,6 +330,21 @@ TEST_CASE("a trainer of several ranks refuses a batch it cannot split evenly", "
     ::unsetenv("WORLD_SIZE");
     ::unsetenv("RANK");
     CHECK_FALSE(std::filesystem::exists(dir));
+}
+
+TEST_CASE("ZeRO-1 is AdamW's, and train.zero is 0 or 1", "[distributed]") {
+    std::ostringstream log;
+    const std::string dir = "/tmp/fg_distributed_zero_sgd";
+    std::filesystem::remove_all(dir);
+    CHECK_THROWS_WITH(Trainer(test::tiny_addition_run(dir, 2, {"train.zero=1", "optim.name=sgd"}),
+                              log),
+                      Contains("[train] train.zero: 1 splits AdamW's state over the ranks, but "
+                               "optim.name is sgd"));
+    CHECK_FALSE(std::filesystem::exists(dir));
+    CHECK_THROWS_WITH(test::tiny_addition_run(dir, 2, {"train.zero=2"}),
+                      Contains("train.zero: must be 0 to 1"));
+    CHECK_THROWS_WITH(test::tiny_addition_run(dir, 2, {"train.bucket_mb=0"}),
+                      Contains("train.bucket_mb: must be in (0, 1e+06]"));
 }
 
 TEST_CASE("sharded dropout counters are one process's, split by rank", "[distributed]") {

@@ -114,6 +114,12 @@ std::function<std::string(const double&)> in_range(double lo, double hi, bool lo
         return out.str();
     };
 }
+std::function<std::string(const std::int64_t&)> int_in(std::int64_t lo, std::int64_t hi) {
+    return [lo, hi](const std::int64_t& v) {
+        return v >= lo && v <= hi ? std::string()
+                                  : "must be " + std::to_string(lo) + " to " + std::to_string(hi);
+    };
+}
 std::function<std::string(const double&)> positive() {
     return [](const double& v) { return v > 0 ? std::string() : "must be > 0"; };
 }
@@ -164,6 +170,8 @@ const std::vector<Field>& schema() {
         field("train", "checkpoint_interval", &C::train, &C::Train::checkpoint_interval, "steps between checkpoints", at_least(1)),
         field("train", "precision", &C::train, &C::Train::precision, "fp32, tf32 (f32 with TF32 GPU matmuls) or bf16 (f32 master weights, bf16 activations and matmuls)", one_of({"fp32", "tf32", "bf16"})),
         field("train", "memory_check", &C::train, &C::Train::memory_check, "refuse a run whose estimated memory per step exceeds what its device has available"),
+        field("train", "bucket_mb", &C::train, &C::Train::bucket_mb, "with several ranks: the gradients are exchanged in buckets of at most this many MiB, each as soon as the backward has finished it", in_range(0, 1e6, true, false)),
+        field("train", "zero", &C::train, &C::Train::zero, "with several ranks: 0 (every rank holds AdamW's whole state) or 1 (ZeRO-1: each rank holds and updates 1/WORLD_SIZE of it; gradients reduce-scattered, weights all-gathered)", int_in(0, 1)),
         field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"})),
         field("kernels", "attention", &C::kernels, &C::Kernels::attention, "attention kernels on CUDA: auto (cuDNN's flash attention where it can run, else fused), cudnn or fused", one_of({"auto", "cudnn", "fused"})),
         field("kernels", "cuda_graph", &C::kernels, &C::Kernels::cuda_graph, "on CUDA, capture the whole training step once as a CUDA graph and replay it (no host synchronisation inside a step); where it cannot be captured, steps run one launch at a time and the log says why"),

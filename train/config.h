@@ -47,6 +47,10 @@ struct Config {
         // Refuse, before allocating anything, a run whose estimated memory per step (models/
         // gpt_memory.h) exceeds what the device has available.
         bool memory_check = true;
+        // Several ranks (train/grad_exchange.h): 0, every rank keeps AdamW's whole state; 1,
+        // ZeRO-1: each keeps and updates its 1/WORLD_SIZE slice of it.
+        std::int64_t zero = 0;
+        double bucket_mb = 25.0;  // several ranks: the most MiB of gradients exchanged at once
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";

@@ -292,6 +292,47 @@ void TcpGroup::sum_in_rank_order(T* values, std::size_t n) {
 void TcpGroup::all_reduce_sum(float* values, std::size_t n) { sum_in_rank_order(values, n); }
 void TcpGroup::all_reduce_sum(double* values, std::size_t n) { sum_in_rank_order(values, n); }
 
+void TcpGroup::reduce_scatter_sum(const float* in, float* out, std::size_t n) {
+    const std::size_t ranks = static_cast<std::size_t>(env_.world_size);
+    if (!env_.distributed() || n == 0) {
+        if (n > 0 && out != in) std::memmove(out, in, n * sizeof(float));
+        return;
+    }
+    if (env_.rank == 0) {  // the sums in rank order, as sum_in_rank_order adds them
+        std::vector<float> sums(in, in + ranks * n), theirs(ranks * n);
+        for (int fd : peers_) {
+            recv_all(fd, theirs.data(), theirs.size() * sizeof(float), "a rank's values to sum");
+            for (std::size_t i = 0; i < sums.size(); ++i) sums[i] += theirs[i];
+        }
+        for (std::size_t r = 1; r < ranks; ++r)
+            send_all(peers_[r - 1], sums.data() + r * n, n * sizeof(float), "a rank's sums");
+        std::memcpy(out, sums.data(), n * sizeof(float));
+        return;
+    }
+    send_all(peers_[0], in, ranks * n * sizeof(float), "its values to sum");
+    recv_all(peers_[0], out, n * sizeof(float), "rank 0's sums of its slice");
+}
+
+void TcpGroup::all_gather(const float* in, float* out, std::size_t n) {
+    const std::size_t ranks = static_cast<std::size_t>(env_.world_size);
+    float* mine = out + static_cast<std::size_t>(env_.rank) * n;
+    if (n > 0 && in != mine) std::memmove(mine, in, n * sizeof(float));
+    if (!env_.distributed() || n == 0) return;
+    if (env_.rank == 0) {
+        for (std::size_t r = 1; r < ranks; ++r)
+            recv_all(peers_[r - 1], out + r * n, n * sizeof(float), "a rank's values to gather");
+        for (int fd : peers_) send_all(fd, out, ranks * n * sizeof(float), "the gathered values");
+        return;
+    }
+    send_all(peers_[0], mine, n * sizeof(float), "its values to gather");
+    recv_all(peers_[0], out, ranks * n * sizeof(float), "rank 0's gathered values");
+}
+
+void TcpGroup::shutdown() noexcept {
+    for (int fd : peers_)
+        if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
 std::vector<std::vector<std::uint8_t>> TcpGroup::all_gather(
     const std::vector<std::uint8_t>& bytes) {
     std::vector<std::vector<std::uint8_t>> all{bytes};
@@ -353,6 +394,37 @@ std::vector<GradBucket> plan_buckets(const std::vector<std::int64_t>& numels,
         buckets.back().bytes += bytes;
     }
     return buckets;
+}
+
+std::vector<BucketLayout> layout_buckets(const std::vector<GradBucket>& buckets,
+                                         const std::vector<std::int64_t>& numels, int world_size) {
+    FG_CHECK(world_size >= 1, "distributed", "world_size ", world_size);
+    std::vector<BucketLayout> out;
+    for (const GradBucket& b : buckets) {
+        BucketLayout l;
+        l.params = b.params;
+        for (int i : b.params) {
+            l.offsets.push_back(l.numel);
+            l.numel += numels[static_cast<std::size_t>(i)];
+        }
+        l.shard = (l.numel + world_size - 1) / world_size;
+        l.padded = l.shard * world_size;
+        out.push_back(std::move(l));
+    }
+    return out;
+}
+
+std::vector<ShardPiece> shard_pieces(const BucketLayout& bucket, int rank) {
+    const std::int64_t begin = static_cast<std::int64_t>(rank) * bucket.shard;
+    const std::int64_t end = begin + bucket.shard;
+    std::vector<ShardPiece> pieces;
+    for (std::size_t k = 0; k < bucket.params.size(); ++k) {
+        const std::int64_t start = bucket.offsets[k];
+        const std::int64_t stop = k + 1 < bucket.params.size() ? bucket.offsets[k + 1] : bucket.numel;
+        const std::int64_t lo = std::max(start, begin), hi = std::min(stop, end);
+        if (lo < hi) pieces.push_back({bucket.params[k], lo - start, lo - begin, hi - lo});
+    }
+    return pieces;
 }
 
 }  // namespace fg

@@ -14,7 +14,9 @@
 //                     process would;
 //   plan_buckets      the gradients grouped into buckets for the all-reduce, in the order the
 //                     backward finishes them (the last layers first), so that a bucket's
-//                     all-reduce can start while the backward of earlier layers still runs.
+//                     all-reduce can start while the backward of earlier layers still runs;
+//   layout_buckets    ZeRO-1's cut of each bucket into one equal slice a rank, and
+//   shard_pieces      the parts of parameters that a rank's slice holds.
 #pragma once
 
 #include <cstddef>
@@ -63,8 +65,17 @@ public:
     // ranks' values in rank order and sends the sums back). For CPU ranks; CUDA ranks use NCCL.
     void all_reduce_sum(float* values, std::size_t n);
     void all_reduce_sum(double* values, std::size_t n);
+    // Sums `in` (world_size * n values) over the ranks and leaves this rank's slice of the sums
+    // (n values from rank * n) in `out`: the bits all_reduce_sum would give there.
+    void reduce_scatter_sum(const float* in, float* out, std::size_t n);
+    // Every rank's n values of `in`, in rank order, into `out` (world_size * n values); `in` may
+    // be this rank's slice of `out`.
+    void all_gather(const float* in, float* out, std::size_t n);
     // Every rank's bytes, in rank order, on every rank.
     std::vector<std::vector<std::uint8_t>> all_gather(const std::vector<std::uint8_t>& bytes);
+    // Shuts the connections down (the sockets stay open until destruction): a call blocked in
+    // another thread returns with an error at once. For a rank that is failing.
+    void shutdown() noexcept;
     int rank() const { return env_.rank; }
     int world_size() const { return env_.world_size; }
 
@@ -94,5 +105,27 @@ struct GradBucket {
 // parameter is in exactly one bucket.
 std::vector<GradBucket> plan_buckets(const std::vector<std::int64_t>& numels,
                                      std::size_t bytes_per_element, std::size_t cap_bytes);
+
+// A bucket packed flat: its parameters one after another (offsets[k] is where params[k] starts),
+// `numel` values, then zeros up to `padded`, a multiple of the number of ranks, so that it cuts
+// into world_size slices of `shard` values: under ZeRO-1 (train.zero: 1) rank r owns slice r of
+// every bucket (it receives those gradients' sums, keeps AdamW's moments for them, updates them
+// and sends them to the others).
+struct BucketLayout {
+    std::vector<int> params;
+    std::vector<std::int64_t> offsets;
+    std::int64_t numel = 0, padded = 0, shard = 0;
+};
+std::vector<BucketLayout> layout_buckets(const std::vector<GradBucket>& buckets,
+                                         const std::vector<std::int64_t>& numels, int world_size);
+
+// The part of one parameter in a rank's slice of a bucket: `count` values, from element
+// `param_offset` of the parameter and from `shard_offset` of the slice.
+struct ShardPiece {
+    int param = 0;
+    std::int64_t param_offset = 0, shard_offset = 0, count = 0;
+};
+// The pieces of slice `rank` of `bucket`, in the bucket's order (the padding is in none).
+std::vector<ShardPiece> shard_pieces(const BucketLayout& bucket, int rank);
 
 }  // namespace fg

@@ -191,13 +191,18 @@ std::vector<std::pair<std::string, Tensor*>> SGD::named_state() {
 }
 
 GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm) {
+    std::vector<Tensor> grads;
+    for (Tensor* p : params) grads.push_back(p->grad());
+    return grad_norm_of(grads, max_norm);
+}
+
+GradNorm grad_norm_of(const std::vector<Tensor>& grads, double max_norm) {
     NoGradGuard no_grad;
     std::vector<const float*> cuda_grads;
     std::vector<long long> cuda_sizes;
     double total = 0.0;  // the CPU gradients' sum of squares
     bool on_cuda = false, on_cpu = false;
-    for (Tensor* p : params) {
-        Tensor g = p->grad();
+    for (const Tensor& g : grads) {
         if (!g.defined()) continue;
         if (g.is_cuda()) {
             FG_CHECK(g.dtype() == DType::f32, "grad_norm", "CUDA gradients must be f32, got ",
@@ -235,6 +240,22 @@ GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm) {
     out.norm = Tensor::full({}, norm, DType::f64, Device::cpu);
     out.coef = Tensor::full({}, coef, DType::f64, Device::cpu);
     return out;
+}
+
+void adamw_update(const std::vector<kernels::AdamWTensor>& pieces, Device device,
+                  const AdamWOptions& options, double lr, std::int64_t t, const Tensor& grad_scale) {
+    if (pieces.empty()) return;
+    const kernels::AdamWStep decayed = adamw_factors(lr, options, true, t);
+    const kernels::AdamWStep plain = adamw_factors(lr, options, false, t);
+    if (device == Device::cuda) {
+        cuda_backend("adamw").adamw_multi_tensor(
+            pieces.data(), static_cast<int>(pieces.size()), decayed, plain,
+            grad_scale.defined() ? grad_scale.data<float>() : nullptr);
+        return;
+    }
+    const float coef = grad_scale.defined() ? static_cast<float>(grad_scale.item()) : 1.0f;
+    for (const kernels::AdamWTensor& x : pieces)
+        adamw_cpu(x.p, x.g, x.m, x.v, x.n, x.decay ? decayed : plain, coef);
 }
 
 double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm) {

@@ -38,6 +38,11 @@ public:
     // undefined until the first step (SGD's momentum buffer).
     virtual std::vector<std::pair<std::string, Tensor*>> named_state() = 0;
     virtual const char* name() const = 0;
+    // For an optimizer whose state is split across ranks (ShardedAdamW, train/grad_exchange.h):
+    // materialize_state() gathers it whole, so that named_state() can be saved or loaded into
+    // (every rank calls it), and shard_state() keeps this rank's part of it again. Others: no-ops.
+    virtual void materialize_state() {}
+    virtual void shard_state() {}
     void zero_grad();
     std::int64_t steps() const { return steps_; }
     void set_steps(std::int64_t steps) { steps_ = steps; }
@@ -105,6 +110,14 @@ struct GradNorm {
     Tensor coef;
 };
 GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm);
+// The same over gradient tensors themselves (undefined ones skipped).
+GradNorm grad_norm_of(const std::vector<Tensor>& grads, double max_norm);
+
+// One AdamW update (AdamW::step's arithmetic, at update t and learning rate lr) of raw f32 pieces
+// of parameters on `device` (values, gradient and moments; ZeRO-1's slices): the multi-tensor
+// kernel on CUDA, the same operations on the CPU. grad_scale as Optimizer::step's.
+void adamw_update(const std::vector<kernels::AdamWTensor>& pieces, Device device,
+                  const AdamWOptions& options, double lr, std::int64_t t, const Tensor& grad_scale);
 
 // grad_norm, then every gradient scaled by coef; returns the norm, read on the host (one
 // device synchronisation).

@@ -147,10 +147,22 @@ void configure_kernels(Module& model, const Config& c) {
 // the model is built or anything is written, so that a batch too large for the machine is
 // refused with the number instead of ending in an out-of-memory error part way through.
 TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t seq_len,
-                            Device device) {
-    const TrainingMemory need = estimate_training_memory(g, c.train.batch_size, seq_len,
-                                                         c.optim.name == "sgd" ? 1 : 2,
-                                                         attention_runs_cudnn(c, device));
+                            Device device, int world_size) {
+    // Each rank holds its share of the batch.
+    TrainingMemory need = estimate_training_memory(g, c.train.batch_size / world_size, seq_len,
+                                                   c.optim.name == "sgd" ? 1 : 2,
+                                                   attention_runs_cudnn(c, device));
+    if (world_size > 1) {
+        // The exchange's flat buckets hold every gradient once more (their padding, under one
+        // value a rank, is left out); ZeRO-1 keeps 1 / world_size of AdamW's state and a slice
+        // of the sums.
+        const double ranks = static_cast<double>(world_size);
+        need.exchange = need.parameters;
+        if (c.train.zero == 1) {
+            need.optimizer_state /= ranks;
+            need.exchange += need.parameters / ranks;
+        }
+    }
     if (!c.train.memory_check) return need;
     const double available = static_cast<double>(available_memory(device));
     FG_CHECK(need.total() <= available, "train", "one step of this run needs about ",
@@ -209,22 +221,6 @@ std::ostream& rank_log(std::ostream& log) {
     return distributed_env().rank == 0 ? log : nowhere;
 }
 
-// Copies the f32 gradient `g` into flat[at ..] (into), or flat[at ..] into `g` (out of a bucket).
-void copy_into(Tensor& flat, std::int64_t at, const Tensor& g) {
-    const std::size_t bytes = static_cast<std::size_t>(g.numel()) * sizeof(float);
-    if (flat.is_cuda())
-        cuda_backend("train").copy_device_to_device(flat.data<float>() + at, g.data<float>(), bytes);
-    else
-        std::memcpy(flat.data<float>() + at, g.data<float>(), bytes);
-}
-void copy_from(Tensor& g, const Tensor& flat, std::int64_t at) {
-    const std::size_t bytes = static_cast<std::size_t>(g.numel()) * sizeof(float);
-    if (flat.is_cuda())
-        cuda_backend("train").copy_device_to_device(g.data<float>(), flat.data<float>() + at, bytes);
-    else
-        std::memcpy(g.data<float>(), flat.data<float>() + at, bytes);
-}
-
 // How long ranks wait for each other: to meet, and at every exchange. A rank that stops closes
 // its connections, so the others hear of it at once; this bounds a rank that hangs.
 constexpr double kRanksTimeoutSeconds = 600.0;
@@ -236,6 +232,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
       dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1),
       dist_(distributed_env()) {
     const Config& c = cfg_;
+    FG_CHECK(c.train.zero == 0 || c.optim.name == "adamw", "train", "train.zero: 1 splits "
+             "AdamW's state over the ranks, but optim.name is ", c.optim.name);
     if (dist_.distributed()) {
         if (device_ == Device::cuda) {
             const std::string no_nccl = cuda_backend("train").nccl_unavailable();
@@ -266,12 +264,22 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     FG_CHECK(data_->sequence_length() <= c.model.block_size, "train", "model.block_size (",
              c.model.block_size, ") is shorter than one addition problem (",
              data_->sequence_length(), " tokens)");
-    const TrainingMemory need = check_memory(c, gpt_config(c, vocab), data_->sequence_length(), device_);
+    const TrainingMemory need =
+        check_memory(c, gpt_config(c, vocab), data_->sequence_length(), device_, dist_.world_size);
     Generator init(static_cast<std::uint64_t>(c.train.seed));
     model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
     configure_kernels(*model_, c);  // a resume's kernels.* too: the config it was given
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
-    opt_ = make_optimizer(c, params_);
+    if (group_) {
+        collectives_ = nccl_ ? nccl_collectives(nccl_.get(), *group_) : tcp_collectives(*group_);
+        exchange_ = std::make_unique<GradientExchange>(params_, *collectives_, dist_.rank,
+                                                       dist_.world_size, c.train.zero == 1,
+                                                       static_cast<std::size_t>(
+                                                           c.train.bucket_mb * 1048576.0));
+    }
+    opt_ = exchange_ && exchange_->zero()
+               ? std::make_unique<ShardedAdamW>(params_, adamw_options(c), *exchange_)
+               : make_optimizer(c, params_);
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
     // Ranks draw their rows' share of each dropout mask: one process's masks (core/random.h).
     default_generator().set_shard(dist_.rank, dist_.world_size);
@@ -293,13 +301,18 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     for (const std::string& w : c.warnings) log_ << "warning: " << w << "\n";
     log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
          << dump_config(cfg_) << "\n";
-    if (group_) {
-        std::vector<std::int64_t> numels;
-        for (const NamedParam& p : params_) numels.push_back(p.param->numel());
-        buckets_ = plan_buckets(numels, sizeof(float), 25u << 20);
-        log_ << "ranks: " << dist_.world_size << ", " << buckets_.size()
-             << " gradient buckets of at most 25 MiB, batches of " << c.train.batch_size
-             << " rows split " << c.train.batch_size / dist_.world_size << " a rank\n";
+    if (exchange_) {
+        log_ << "ranks: " << dist_.world_size << ", " << exchange_->bucket_count()
+             << " gradient buckets of at most "
+             << format_bytes(exchange_->bucket_bytes_max()) << " exchanged during the backward"
+             << (exchange_->zero() ? " (ZeRO-1: reduce-scattered; AdamW's state and update split "
+                                     "over the ranks, the weights all-gathered)"
+                                   : " (all-reduced)")
+             << ", batches of " << c.train.batch_size << " rows split "
+             << c.train.batch_size / dist_.world_size << " a rank\n";
+    } else if (c.train.zero == 1) {
+        log_ << "note: train.zero: 1 splits AdamW's state over several ranks; with one it has no "
+                "effect\n";
     }
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
          << device_name(device_) << ", run directory " << dir_ << "\n"
@@ -320,8 +333,8 @@ void Trainer::write_run_files() {
 const std::vector<std::string>& resumable_keys() {
     static const std::vector<std::string> keys{
         "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
-        "train.device", "train.precision", "train.out_dir", "train.memory_check", "optim.lr", "optim.min_lr",
-        "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction",
+        "train.device", "train.precision", "train.out_dir", "train.memory_check", "train.zero",
+        "train.bucket_mb", "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction",
         "kernels.attention", "kernels.cuda_graph"};
     return keys;
 }
@@ -442,6 +455,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
                  dtype_name(t->dtype()), ", the master weights are f32");
         assign(*p, *t, name, model_path, device_);
     }
+    opt_->materialize_state();  // ZeRO-1: the whole state to load into (every rank loads)
     for (auto& [name, t] : opt_->named_state()) {
         const Tensor* s = state.find(name);
         // AdamW's moments exist from the start and must all be there; SGD's momentum buffers
@@ -454,6 +468,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
             assign(*t, *s, name, state_path, device_);
         }
     }
+    opt_->shard_state();
     step_ = saved_step_ = static_cast<std::int64_t>(step);
     opt_->set_steps(
         static_cast<std::int64_t>(metadata_number(state, state_path, "optimizer_steps")));
@@ -470,6 +485,20 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
 }
 
 void Trainer::save_checkpoint() {
+    // ZeRO-1: every rank sends its slice of AdamW's state, which is saved whole (so that the
+    // checkpoint resumes with any number of ranks, with or without ZeRO); then each keeps its
+    // slice again.
+    opt_->materialize_state();
+    try {
+        write_checkpoint();
+    } catch (...) {
+        opt_->shard_state();
+        throw;
+    }
+    opt_->shard_state();
+}
+
+void Trainer::write_checkpoint() {
     if (!writer()) {  // rank 0 saves; the ranks hold the same state
         saved_step_ = step_;
         return;
@@ -529,12 +558,17 @@ double Trainer::train_step() {
             b = Batch{b.inputs.to(device_), b.targets.to(device_)};
         }
         Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
+        // Several ranks: the last micro-batch's backward finishes the gradients, and starts
+        // their exchange bucket by bucket as it goes.
+        if (exchange_ && micro == c.train.grad_accum - 1) exchange_->arm();
         scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
         loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
     }
     double loss = loss_total.item() / static_cast<double>(c.train.grad_accum);
     if (group_) loss = average_over_ranks(loss);
-    GradNorm clip = grad_norm(model_->parameters(), c.optim.grad_clip);
+    GradNorm clip = exchange_ && exchange_->zero()
+                        ? exchange_->grad_norm(c.optim.grad_clip)  // from the ranks' slices
+                        : grad_norm(model_->parameters(), c.optim.grad_clip);
     const double norm = clip.norm.item();
     check_finite(step_ + 1, loss, norm);
     double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
@@ -547,42 +581,8 @@ double Trainer::train_step() {
 }
 
 double Trainer::average_over_ranks(double loss) {
-    NoGradGuard no_grad;
     const double share = 1.0 / static_cast<double>(dist_.world_size);
-    // Each bucket's gradients are packed into one buffer, summed over the ranks (rank 0 adds
-    // them in rank order over TCP, or NCCL on CUDA: every rank gets the same bits) and unpacked
-    // divided by the number of ranks.
-    for (const GradBucket& bucket : buckets_) {
-        std::int64_t total = 0;
-        for (int i : bucket.params) {
-            const Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
-            FG_CHECK(g.defined() && g.dtype() == DType::f32, "train", "rank ", dist_.rank,
-                     ": the gradient of '", params_[static_cast<std::size_t>(i)].name,
-                     "' is missing or not f32");
-            total += g.numel();
-        }
-        Tensor flat = Tensor::empty({total}, DType::f32, device_);
-        std::int64_t at = 0;
-        for (int i : bucket.params) {
-            const Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
-            copy_into(flat, at, g);
-            at += g.numel();
-        }
-        if (nccl_) {
-            cuda_backend("train").nccl_all_reduce_sum(nccl_.get(), flat.raw_data(),
-                                                      static_cast<std::size_t>(total),
-                                                      kernels::ScalarType::f32);
-        } else {
-            group_->all_reduce_sum(flat.data<float>(), static_cast<std::size_t>(total));
-        }
-        flat = scale(flat, share);
-        at = 0;
-        for (int i : bucket.params) {
-            Tensor g = params_[static_cast<std::size_t>(i)].param->grad();
-            copy_from(g, flat, at);
-            at += g.numel();
-        }
-    }
+    exchange_->finish();
     // The loss, and whether any rank was asked to stop (Ctrl-C, SIGTERM): all ranks then stop
     // after this same step, and rank 0 saves it.
     double shared[2] = {loss, stop_requested() ? 1.0 : 0.0};
@@ -682,14 +682,18 @@ EvalResult Trainer::evaluate() {
     return evaluate_model(*model_, *data_, cfg_, device_, share);
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const Config& c, const std::vector<NamedParam>& params) {
-    if (c.optim.name == "sgd")
-        return std::make_unique<SGD>(params, SGDOptions{c.optim.momentum, c.optim.weight_decay});
+AdamWOptions adamw_options(const Config& c) {
     AdamWOptions o;
     o.beta1 = c.optim.beta1;
     o.beta2 = c.optim.beta2;
     o.weight_decay = c.optim.weight_decay;
-    return std::make_unique<AdamW>(params, o);
+    return o;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const Config& c, const std::vector<NamedParam>& params) {
+    if (c.optim.name == "sgd")
+        return std::make_unique<SGD>(params, SGDOptions{c.optim.momentum, c.optim.weight_decay});
+    return std::make_unique<AdamW>(params, adamw_options(c));
 }
 
 std::unique_ptr<Dataset> make_dataset(const Config& c) {
@@ -767,7 +771,10 @@ void Trainer::report_step(std::int64_t step, double loss, double lr, double norm
     const double tps = tokens_per_step / (ms / 1000.0);
     ms_average_ = ms_average_ == 0.0 ? ms : 0.9 * ms_average_ + 0.1 * ms;
     // MFU: achieved model FLOP/s over the GPU's dense peak (absent on CPU or an unknown GPU).
-    const double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / (peak_tflops_ * 1e12) : -1.0;
+    // With several ranks, tps is all of them together: each GPU's share.
+    const double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / dist_.world_size /
+                                              (peak_tflops_ * 1e12)
+                                        : -1.0;
     const double peak_mib =
         device_ == Device::cuda
             ? memory_stats(Device::cuda).peak_bytes_in_use / (1024.0 * 1024.0) : -1.0;
@@ -882,7 +889,11 @@ void Trainer::run(std::int64_t stop_at) {
     if (graph_ && graph_->pending() > 0) collect_captured_steps();
     graph_.reset();  // it holds the parameters' addresses: the next run() captures anew
     if (progress_bar_) log_ << clear_bar;
-    if (group_) check_replicas_identical();
+    if (group_) {
+        check_replicas_identical();
+        log_ << "ranks: the last step started " << exchange_->started_during_backward() << " of "
+             << exchange_->bucket_count() << " gradient buckets' exchanges during its backward\n";
+    }
     if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
     if (writer())
         write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),

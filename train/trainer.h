@@ -26,6 +26,7 @@
 #include "cuda_graph.h"
 #include "data.h"
 #include "distributed.h"
+#include "grad_exchange.h"
 #include "models/gpt.h"
 #include "optim.h"
 
@@ -68,6 +69,7 @@ private:
     Trainer(const Config& config, std::ostream& log, bool resuming);
     void load_checkpoint(const std::string& run_dir);
     void write_run_files();  // config.yaml and vocab.txt
+    void write_checkpoint();  // save_checkpoint's files, by rank 0
     void trim_metrics();     // metrics.jsonl without the lines of steps after step_
     double train_step();
     // The step after step_ as a replay of the captured step (cuda_graph.h); false when it could
@@ -84,9 +86,8 @@ private:
     void log_metrics(const std::string& json_line);
     // Several ranks (train/distributed.h): rank 0 alone writes the run directory and the log.
     bool writer() const { return dist_.rank == 0; }
-    // The gradients summed over the ranks and divided by their number (every rank then has the
-    // same bits); returns the mean of the ranks' `loss`. A stop requested on any rank is then
-    // requested on all of them.
+    // Waits for the gradients' exchange (exchange_, started during the backward) and returns the
+    // mean of the ranks' `loss`. A stop requested on any rank is then requested on all of them.
     double average_over_ranks(double loss);
     // Whether the loop stops now: a stop request; with several ranks, one the ranks agreed on at
     // the last exchange (so that all of them stop after the same step).
@@ -114,7 +115,8 @@ private:
     DistributedEnv dist_;              // this process's rank among WORLD_SIZE
     std::unique_ptr<TcpGroup> group_;  // the other ranks, when there are several
     std::shared_ptr<void> nccl_;       // CUDA ranks: their NCCL communicator
-    std::vector<GradBucket> buckets_;  // the gradients, grouped for the ranks' sums
+    std::unique_ptr<Collectives> collectives_;   // over group_ (CPU) or nccl_ (CUDA)
+    std::unique_ptr<GradientExchange> exchange_;  // the gradients' sums over the ranks
     bool stop_agreed_ = false;         // the ranks agreed to stop (should_stop)
     std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly
     std::chrono::steady_clock::time_point collected_at_;  // of the last collect_captured_steps
@@ -141,6 +143,8 @@ GPTConfig gpt_config(const Config& config, std::int64_t vocab);
 // the trainer (new and resumed runs) and load_run. kernels.attention=cudnn where cuDNN's fused
 // attention cannot run the model (the CPU, f32, a build without cuDNN, ...) is an error saying why.
 void configure_kernels(Module& model, const Config& config);
+// AdamW's hyperparameters in a config.
+AdamWOptions adamw_options(const Config& config);
 // The optimizer a config describes (optim.name and its hyperparameters), over `params`.
 std::unique_ptr<Optimizer> make_optimizer(const Config& config, const std::vector<NamedParam>& params);
 // The dataset a config describes.

@@ -231,10 +231,19 @@ TEST_CASE("NCCL sums over one rank, or a build without it refuses CUDA ranks say
         Tensor x = test::random_f32({1000}).to(Device::cuda);
         if (dt == DType::bf16) x = cast(x, dt);
         const std::vector<float> before = cast(x, DType::f32).to_vector<float>();
-        cuda.nccl_all_reduce_sum(comm, x.raw_data(), 1000,
-                                 dt == DType::f32 ? kernels::ScalarType::f32
-                                                  : kernels::ScalarType::bf16);
+        const kernels::ScalarType type =
+            dt == DType::f32 ? kernels::ScalarType::f32 : kernels::ScalarType::bf16;
+        cuda.nccl_all_reduce_sum(comm, x.raw_data(), 1000, type);
+        // Reduce-scatter and all-gather over one rank copy; on the communicator's stream, after
+        // what fusegrad's stream queued before them, and read after the join.
+        Tensor scattered = Tensor::empty({1000}, dt, Device::cuda);
+        Tensor gathered = Tensor::empty({1000}, dt, Device::cuda);
+        cuda.nccl_reduce_scatter_sum(comm, x.raw_data(), scattered.raw_data(), 1000, type);
+        cuda.nccl_all_gather(comm, scattered.raw_data(), gathered.raw_data(), 1000, type);
+        cuda.nccl_join(comm);
         CHECK(cast(x, DType::f32).to_vector<float>() == before);
+        CHECK(cast(scattered, DType::f32).to_vector<float>() == before);
+        CHECK(cast(gathered, DType::f32).to_vector<float>() == before);
     }
     cuda.nccl_destroy(comm);
 }

@@ -1,0 +1,385 @@
+// train/grad_exchange.cpp: see grad_exchange.h.
+#include "grad_exchange.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/autograd.h"
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace fg {
+namespace {
+
+// n f32 values from src[src_at ..] to dst[dst_at ..], on the tensors' device (in fusegrad's
+// stream's order on CUDA).
+void copy_values(const Tensor& dst, std::int64_t dst_at, const Tensor& src, std::int64_t src_at,
+                 std::int64_t n) {
+    if (n <= 0) return;
+    float* d = dst.data<float>() + dst_at;
+    const float* s = src.data<float>() + src_at;
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+    if (dst.is_cuda())
+        cuda_backend("grad_exchange").copy_device_to_device(d, s, bytes);
+    else
+        std::memcpy(d, s, bytes);
+}
+
+// CPU ranks: the TCP group's calls, carried out in order by a thread of their own while the
+// caller goes on (the backward of earlier layers).
+class TcpCollectives final : public Collectives {
+public:
+    explicit TcpCollectives(TcpGroup& group) : group_(group), worker_([this] { run(); }) {}
+
+    ~TcpCollectives() override {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stopping_ = true;
+            if (busy_ || !queue_.empty()) {
+                // Destroyed mid-exchange (the trainer is failing): drop what is queued and
+                // unblock the call in flight, rather than wait for ranks that may never answer.
+                queue_.clear();
+                group_.shutdown();
+            }
+        }
+        work_.notify_all();
+        worker_.join();
+    }
+
+    void all_reduce_sum(float* data, std::size_t n) override {
+        enqueue([this, data, n] { group_.all_reduce_sum(data, n); });
+    }
+    void reduce_scatter_sum(const float* in, float* out, std::size_t n) override {
+        enqueue([this, in, out, n] { group_.reduce_scatter_sum(in, out, n); });
+    }
+    void all_gather(const float* in, float* out, std::size_t n) override {
+        enqueue([this, in, out, n] { group_.all_gather(in, out, n); });
+    }
+    void wait() override {
+        std::unique_lock<std::mutex> lock(mu_);
+        idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+        if (error_) {
+            std::exception_ptr e = error_;
+            error_ = nullptr;
+            std::rethrow_exception(e);
+        }
+    }
+    void sum_on_host(double* values, std::size_t n) override {
+        wait();
+        group_.all_reduce_sum(values, n);
+    }
+
+private:
+    void enqueue(std::function<void()> call) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            queue_.push_back(std::move(call));
+        }
+        work_.notify_one();
+    }
+
+    void run() {
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+            work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+            if (queue_.empty()) return;  // stopping, nothing left
+            std::function<void()> call = std::move(queue_.front());
+            queue_.pop_front();
+            busy_ = true;
+            const bool skip = error_ != nullptr;  // after a failure the group is broken
+            lock.unlock();
+            std::exception_ptr failed;
+            if (!skip) {
+                try {
+                    call();
+                } catch (...) {
+                    failed = std::current_exception();
+                }
+            }
+            lock.lock();
+            if (failed && !error_) error_ = failed;
+            busy_ = false;
+            idle_.notify_all();
+        }
+    }
+
+    TcpGroup& group_;
+    std::mutex mu_;
+    std::condition_variable work_, idle_;
+    std::deque<std::function<void()>> queue_;
+    bool busy_ = false, stopping_ = false;
+    std::exception_ptr error_;
+    std::thread worker_;  // last: it starts once everything above exists
+};
+
+// CUDA ranks: NCCL on the communicator's stream; host sums over TCP.
+class NcclCollectives final : public Collectives {
+public:
+    NcclCollectives(void* communicator, TcpGroup& group) : comm_(communicator), group_(group) {}
+    void all_reduce_sum(float* data, std::size_t n) override {
+        cuda().nccl_all_reduce_sum(comm_, data, n, kernels::ScalarType::f32);
+    }
+    void reduce_scatter_sum(const float* in, float* out, std::size_t n) override {
+        cuda().nccl_reduce_scatter_sum(comm_, in, out, n, kernels::ScalarType::f32);
+    }
+    void all_gather(const float* in, float* out, std::size_t n) override {
+        cuda().nccl_all_gather(comm_, in, out, n, kernels::ScalarType::f32);
+    }
+    void wait() override { cuda().nccl_join(comm_); }
+    void sum_on_host(double* values, std::size_t n) override { group_.all_reduce_sum(values, n); }
+
+private:
+    static CudaBackend& cuda() { return cuda_backend("grad_exchange"); }
+    void* comm_;
+    TcpGroup& group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> tcp_collectives(TcpGroup& group) {
+    return std::make_unique<TcpCollectives>(group);
+}
+
+std::unique_ptr<Collectives> nccl_collectives(void* communicator, TcpGroup& group) {
+    return std::make_unique<NcclCollectives>(communicator, group);
+}
+
+GradientExchange::GradientExchange(std::vector<NamedParam> params, Collectives& comm, int rank,
+                                   int world_size, bool zero, std::size_t bucket_bytes)
+    : params_(std::move(params)), comm_(comm), rank_(rank), world_(world_size), zero_(zero) {
+    FG_CHECK(!params_.empty(), "grad_exchange", "no parameters to exchange");
+    device_ = params_[0].param->device();
+    std::vector<std::int64_t> numels;
+    for (const NamedParam& p : params_) {
+        FG_CHECK(p.param->dtype() == DType::f32 && p.param->device() == device_, "grad_exchange",
+                 "parameter '", p.name, "' is ", dtype_name(p.param->dtype()), " on ",
+                 device_name(p.param->device()), ": the exchange takes f32 parameters on ",
+                 device_name(device_));
+        numels.push_back(p.param->numel());
+    }
+    layout_ = layout_buckets(plan_buckets(numels, sizeof(float), bucket_bytes), numels, world_);
+    bucket_of_.assign(params_.size(), 0);
+    for (std::size_t b = 0; b < layout_.size(); ++b) {
+        for (int i : layout_[b].params) bucket_of_[static_cast<std::size_t>(i)] = b;
+        // Zeros: the padding is never written, so it stays zero in every sum and gather.
+        flat_.push_back(Tensor::zeros({layout_[b].padded}, DType::f32, device_));
+        shard_offsets_.push_back(shard_numel_);
+        shard_numel_ += layout_[b].shard;
+    }
+    pending_.assign(layout_.size(), 0);
+    if (zero_) shard_sums_ = Tensor::zeros({shard_numel_}, DType::f32, device_);
+}
+
+GradientExchange::~GradientExchange() {
+    for (NamedParam& p : params_) p.param->set_post_accumulate_grad_hook(nullptr);
+}
+
+std::size_t GradientExchange::bucket_bytes_max() const {
+    std::size_t most = 0;
+    for (const BucketLayout& l : layout_)
+        most = std::max(most, static_cast<std::size_t>(l.numel) * sizeof(float));
+    return most;
+}
+
+std::size_t GradientExchange::buffer_bytes() const {
+    std::size_t bytes = 0;
+    for (const Tensor& f : flat_) bytes += f.nbytes();
+    if (shard_sums_.defined()) bytes += shard_sums_.nbytes();
+    return bytes;
+}
+
+void GradientExchange::arm() {
+    // Set at every arm: loading a checkpoint replaces the parameters' tensors, hooks and all.
+    for (std::size_t i = 0; i < params_.size(); ++i)
+        params_[i].param->set_post_accumulate_grad_hook([this, i] { on_gradient(i); });
+    armed_ = true;
+    started_ = started_early_ = 0;
+    for (std::size_t b = 0; b < layout_.size(); ++b)
+        pending_[b] = static_cast<int>(layout_[b].params.size());
+}
+
+void GradientExchange::on_gradient(std::size_t param) {
+    if (!armed_) return;  // an earlier micro-batch: its gradients are not final
+    const std::size_t b = bucket_of_[param];
+    FG_ASSERT(pending_[b] > 0, "parameter '", params_[param].name,
+              "' finished its gradient twice in one backward");
+    --pending_[b];
+    // Buckets start in order, so that every rank queues the same exchanges in the same order.
+    while (started_ < layout_.size() && pending_[started_] == 0) {
+        start(started_++);
+        ++started_early_;
+    }
+}
+
+void GradientExchange::start(std::size_t b) {
+    NoGradGuard no_grad;
+    const BucketLayout& l = layout_[b];
+    for (std::size_t k = 0; k < l.params.size(); ++k) {
+        const NamedParam& np = params_[static_cast<std::size_t>(l.params[k])];
+        const Tensor g = np.param->grad();
+        FG_CHECK(g.defined() && g.dtype() == DType::f32 && g.device() == device_, "train", "rank ",
+                 rank_, ": parameter '", np.name, "' has no f32 gradient on ",
+                 device_name(device_), " in this step: data-parallel training sums every "
+                 "parameter's gradient over the ranks, so each must take part in the loss");
+        copy_values(flat_[b], l.offsets[k], g, 0, g.numel());
+        if (zero_) np.param->zero_grad();  // ZeRO: its values travel in the bucket from here
+    }
+    if (zero_) {
+        comm_.reduce_scatter_sum(flat_[b].data<float>(),
+                                 shard_sums_.data<float>() + shard_offsets_[b],
+                                 static_cast<std::size_t>(l.shard));
+    } else {
+        comm_.all_reduce_sum(flat_[b].data<float>(), static_cast<std::size_t>(l.numel));
+    }
+}
+
+void GradientExchange::finish() {
+    NoGradGuard no_grad;
+    if (!armed_) started_ = 0;
+    while (started_ < layout_.size()) start(started_++);
+    armed_ = false;
+    started_ = 0;
+    comm_.wait();
+    const double share = 1.0 / static_cast<double>(world_);
+    if (zero_) {
+        shard_grads_ = scale(shard_sums_, share);
+        return;
+    }
+    for (std::size_t b = 0; b < layout_.size(); ++b) {
+        const BucketLayout& l = layout_[b];
+        const Tensor averaged = scale(flat_[b].slice(0, l.numel), share);
+        for (std::size_t k = 0; k < l.params.size(); ++k) {
+            Tensor g = params_[static_cast<std::size_t>(l.params[k])].param->grad();
+            copy_values(g, 0, averaged, l.offsets[k], g.numel());
+        }
+    }
+}
+
+GradNorm GradientExchange::grad_norm(double max_norm) {
+    FG_CHECK(shard_grads_.defined(), "grad_exchange", "the gradients' norm under ZeRO-1 needs "
+             "the exchanged gradients first (finish)");
+    // This rank's sum of squares, then every rank's, added in rank order on the host.
+    double squares = fg::grad_norm_of({shard_grads_}, 0.0).norm.item();
+    squares *= squares;
+    comm_.sum_on_host(&squares, 1);
+    const double norm = std::sqrt(squares);
+    const double coef = max_norm > 0.0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+    const DType type = device_ == Device::cuda ? DType::f32 : DType::f64;
+    return GradNorm{Tensor::full({}, norm, type, device_), Tensor::full({}, coef, type, device_)};
+}
+
+void GradientExchange::gather(const std::vector<Tensor*>& values, const Tensor* mine) {
+    NoGradGuard no_grad;
+    FG_CHECK(values.size() == params_.size(), "grad_exchange", "gather: ", values.size(),
+             " tensors for ", params_.size(), " parameters");
+    for (std::size_t b = 0; b < layout_.size(); ++b) {
+        const BucketLayout& l = layout_[b];
+        const std::int64_t own = static_cast<std::int64_t>(rank_) * l.shard;
+        if (mine) {
+            copy_values(flat_[b], own, *mine, shard_offsets_[b], l.shard);
+        } else {
+            for (const ShardPiece& piece : shard_pieces(l, rank_))
+                copy_values(flat_[b], own + piece.shard_offset,
+                            *values[static_cast<std::size_t>(piece.param)], piece.param_offset,
+                            piece.count);
+        }
+        comm_.all_gather(flat_[b].data<float>() + own, flat_[b].data<float>(),
+                         static_cast<std::size_t>(l.shard));
+    }
+    comm_.wait();
+    for (std::size_t b = 0; b < layout_.size(); ++b) {
+        const BucketLayout& l = layout_[b];
+        for (std::size_t k = 0; k < l.params.size(); ++k) {
+            Tensor& t = *values[static_cast<std::size_t>(l.params[k])];
+            copy_values(t, 0, flat_[b], l.offsets[k], t.numel());
+        }
+    }
+}
+
+ShardedAdamW::ShardedAdamW(std::vector<NamedParam> params, const AdamWOptions& options,
+                           GradientExchange& exchange)
+    : Optimizer(std::move(params)), opt_(options), exchange_(exchange) {
+    FG_CHECK(opt_.beta1 >= 0 && opt_.beta1 < 1 && opt_.beta2 >= 0 && opt_.beta2 < 1, "adamw",
+             "betas must be in [0, 1), got ", opt_.beta1, ", ", opt_.beta2);
+    FG_CHECK(opt_.eps > 0 && opt_.weight_decay >= 0, "adamw", "eps must be > 0 and weight_decay "
+             ">= 0, got ", opt_.eps, ", ", opt_.weight_decay);
+    FG_CHECK(exchange_.zero(), "adamw", "ShardedAdamW needs an exchange with ZeRO-1 on");
+    const Device device = params_[0].param->device();
+    m_ = Tensor::zeros({exchange_.shard_numel()}, DType::f32, device);
+    v_ = Tensor::zeros({exchange_.shard_numel()}, DType::f32, device);
+    for (const NamedParam& np : params_) decay_.push_back(np.param->dim() >= 2);  // as AdamW
+    m_whole_.resize(params_.size());
+    v_whole_.resize(params_.size());
+}
+
+void ShardedAdamW::step(double lr, const Tensor& grad_scale) {
+    NoGradGuard no_grad;
+    const Tensor& g = exchange_.shard_grads();
+    FG_CHECK(g.defined(), "adamw", "ZeRO-1's update needs the exchanged gradients first");
+    ++steps_;
+    std::vector<kernels::AdamWTensor> pieces;
+    for (std::size_t b = 0; b < exchange_.bucket_count(); ++b) {
+        const std::int64_t base = exchange_.shard_offset(b);
+        for (const ShardPiece& piece : shard_pieces(exchange_.bucket(b), exchange_.rank())) {
+            const std::int64_t at = base + piece.shard_offset;
+            pieces.push_back({params_[static_cast<std::size_t>(piece.param)].param->data<float>() +
+                                  piece.param_offset,
+                              g.data<float>() + at, m_.data<float>() + at, v_.data<float>() + at,
+                              piece.count, static_cast<bool>(decay_[static_cast<std::size_t>(piece.param)])});
+        }
+    }
+    adamw_update(pieces, m_.device(), opt_, lr, steps_, grad_scale);
+    std::vector<Tensor*> weights;
+    for (NamedParam& np : params_) weights.push_back(np.param);
+    exchange_.gather(weights);
+}
+
+std::vector<std::pair<std::string, Tensor*>> ShardedAdamW::named_state() {
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        out.emplace_back(params_[i].name + ".exp_avg", &m_whole_[i]);
+        out.emplace_back(params_[i].name + ".exp_avg_sq", &v_whole_[i]);
+    }
+    return out;
+}
+
+void ShardedAdamW::materialize_state() {
+    std::vector<Tensor*> m, v;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        const Tensor& p = *params_[i].param;
+        m_whole_[i] = Tensor::zeros(p.shape(), DType::f32, p.device());
+        v_whole_[i] = Tensor::zeros(p.shape(), DType::f32, p.device());
+        m.push_back(&m_whole_[i]);
+        v.push_back(&v_whole_[i]);
+    }
+    exchange_.gather(m, &m_);
+    exchange_.gather(v, &v_);
+}
+
+void ShardedAdamW::shard_state() {
+    NoGradGuard no_grad;
+    for (std::size_t b = 0; b < exchange_.bucket_count(); ++b) {
+        const std::int64_t base = exchange_.shard_offset(b);
+        for (const ShardPiece& piece : shard_pieces(exchange_.bucket(b), exchange_.rank())) {
+            const std::size_t i = static_cast<std::size_t>(piece.param);
+            if (!m_whole_[i].defined() || !v_whole_[i].defined()) continue;
+            // A loaded moment may have come to the parameters' device as a new tensor.
+            copy_values(m_, base + piece.shard_offset, m_whole_[i].to(m_.device()),
+                        piece.param_offset, piece.count);
+            copy_values(v_, base + piece.shard_offset, v_whole_[i].to(v_.device()),
+                        piece.param_offset, piece.count);
+        }
+    }
+    for (Tensor& t : m_whole_) t = Tensor();
+    for (Tensor& t : v_whole_) t = Tensor();
+}
+
+}  // namespace fg
