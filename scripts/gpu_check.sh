@@ -5,6 +5,10 @@
 #   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|breakdown|all]...
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
+#   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh), then tokens/s on DDP_GPUS
+#   (default 1 2 4, those the machine has) for DDP_MODELS (default "baby gpt2"), fusegrad (bf16,
+#   train.zero 0 and 1) and PyTorch DDP (bf16, torch.compile), each GPU with the one-GPU batch;
+#   the table by bench/scaling_report.py.
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
 #   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
 #   TORCH_MODES says e.g. "bf16 bf16:compile fp32"), for SHAKESPEARE_STEPS steps (default: the
@@ -138,6 +142,44 @@ PY
             # AdamW: one launch a kMaxTensorsPerLaunch (24) of GPT-2's 148 parameter tensors.
             python3 bench/kernel_times.py "$out/breakdown.csv" --top 30 --per-step-kernel adamw_kernel \
                 --per-step-count 7 | tee "$out/breakdown.md"
+            ;;&
+        ddp)
+            export NCCL_NVLS_ENABLE=0
+            bash tests/distributed_gpu.sh build-gpu/train/fusegrad > "$out/distributed_gpu.log" 2>&1 || status=1
+            tail -1 "$out/distributed_gpu.log"
+            have=$(nvidia-smi -L | grep -c '^GPU')
+            runs=/tmp/fg-ddp
+            rm -rf "$runs" && mkdir -p "$runs"
+            for model in ${DDP_MODELS:-baby gpt2}; do
+                if [ "$model" = baby ]; then  # 64 x 256 a GPU, 100 steps
+                    cfg=configs/shakespeare_char.yaml per_gpu=64 steps=100
+                    sets="--set data.path=$GPU_DATA/tinyshakespeare.txt"
+                    tsets="--data $GPU_DATA/tinyshakespeare.txt"
+                else  # GPT-2 small, 16 x 1024 random tokens a GPU, 40 steps
+                    cfg=configs/gpt2_124m.yaml per_gpu=16 steps=40
+                    sets="--set data.kind=random_tokens --set train.grad_accum=1" tsets=$sets
+                fi
+                common="--set train.eval_interval=100000 --set train.checkpoint_interval=100000"
+                for n in ${DDP_GPUS:-1 2 4}; do
+                    [ "$n" -le "$have" ] || continue
+                    b=$((per_gpu * n))
+                    for zero in 0 1; do
+                        [ "$n" = 1 ] && [ "$zero" = 1 ] && continue  # one rank: nothing to split
+                        dir=$runs/fusegrad-zero${zero}_${model}_$n
+                        build-gpu/train/fusegrad train $cfg $sets $common --set train.batch_size=$b \
+                            --set train.zero=$zero --set train.out_dir="$dir" --max-steps $steps \
+                            --ranks "$n" > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
+                    done
+                    # One rank of fusegrad is the baseline of the ZeRO rows too.
+                    [ "$n" = 1 ] && ln -sfn "$runs/fusegrad-zero0_${model}_1" "$runs/fusegrad-zero1_${model}_1"
+                    PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
+                        bench/train_torch.py $cfg "$runs/torch-ddp-compile_${model}_$n" --mode bf16 --compile \
+                        --steps $steps --eval-iters 1 $tsets $common --set train.batch_size=$b \
+                        > "$runs/torch_${model}_$n.log" 2>&1 || { status=1; tail -5 "$runs/torch_${model}_$n.log"; }
+                done
+            done
+            python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"
+            (cd "$runs" && tar czf "$out/ddp_runs.tar.gz" --exclude='*.safetensors' .)
             ;;&
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.
