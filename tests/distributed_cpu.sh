@@ -158,6 +158,11 @@ for zero in 1 0; do
     all_started_in_backward "$work/zero$zero.log"
 done
 grep -q "^ranks: 2, .*(ZeRO-1: reduce-scattered" "$work/zero1.log" || { cat "$work/zero1.log"; exit 1; }
+# What a rank keeps, as each logs it: ZeRO-1 halves AdamW's state on two ranks.
+state_kib() { sed -n 's/^ranks: each keeps \([0-9.]*\) KiB of optimizer state.*/\1/p' "$1"; }
+s0=$(state_kib "$work/zero0.log") s1=$(state_kib "$work/zero1.log")
+awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a > 0 && b > 0.49 * a && b < 0.51 * a) }' ||
+    { echo "optimizer state: $s0 KiB without ZeRO, $s1 KiB with"; exit 1; }
 
 # 9. The ZeRO-1 run's checkpoint resumed to step 40 on one process, and on two ranks with ZeRO:
 # the losses of the one-process run resumed the same way.

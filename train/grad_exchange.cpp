@@ -27,10 +27,18 @@ void copy_values(const Tensor& dst, std::int64_t dst_at, const Tensor& src, std:
     float* d = dst.data<float>() + dst_at;
     const float* s = src.data<float>() + src_at;
     const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+    if (d == s) return;  // a gradient that is its bucket's view
     if (dst.is_cuda())
         cuda_backend("grad_exchange").copy_device_to_device(d, s, bytes);
     else
         std::memcpy(d, s, bytes);
+}
+
+void set_zero(const Tensor& t) {
+    if (t.is_cuda())
+        cuda_backend("grad_exchange").memset(t.raw_data(), 0, t.nbytes());
+    else
+        std::memset(t.raw_data(), 0, t.nbytes());
 }
 
 // CPU ranks: the TCP group's calls, carried out in order by a thread of their own while the
@@ -196,6 +204,18 @@ std::size_t GradientExchange::buffer_bytes() const {
     return bytes;
 }
 
+void GradientExchange::attach_gradients() {
+    NoGradGuard no_grad;
+    for (std::size_t b = 0; b < layout_.size(); ++b) {
+        const BucketLayout& l = layout_[b];
+        set_zero(flat_[b]);
+        for (std::size_t k = 0; k < l.params.size(); ++k) {
+            Tensor& p = *params_[static_cast<std::size_t>(l.params[k])].param;
+            p.set_grad(flat_[b].slice(l.offsets[k], l.offsets[k] + p.numel()).reshape(p.shape()));
+        }
+    }
+}
+
 void GradientExchange::arm() {
     // Set at every arm: loading a checkpoint replaces the parameters' tensors, hooks and all.
     for (std::size_t i = 0; i < params_.size(); ++i)
@@ -229,8 +249,8 @@ void GradientExchange::start(std::size_t b) {
                  rank_, ": parameter '", np.name, "' has no f32 gradient on ",
                  device_name(device_), " in this step: data-parallel training sums every "
                  "parameter's gradient over the ranks, so each must take part in the loss");
+        // Nothing to copy where the gradient is its place in the bucket (attach_gradients).
         copy_values(flat_[b], l.offsets[k], g, 0, g.numel());
-        if (zero_) np.param->zero_grad();  // ZeRO: its values travel in the bucket from here
     }
     if (zero_) {
         comm_.reduce_scatter_sum(flat_[b].data<float>(),
@@ -251,14 +271,18 @@ void GradientExchange::finish() {
     const double share = 1.0 / static_cast<double>(world_);
     if (zero_) {
         shard_grads_ = scale(shard_sums_, share);
+        // The whole gradients are spent: the buckets serve the weights' gather next.
+        for (NamedParam& np : params_) np.param->zero_grad();
         return;
     }
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];
+        // Into the bucket, where the attached gradients are; into each gradient otherwise.
         const Tensor averaged = scale(flat_[b].slice(0, l.numel), share);
+        copy_values(flat_[b], 0, averaged, 0, l.numel);
         for (std::size_t k = 0; k < l.params.size(); ++k) {
             Tensor g = params_[static_cast<std::size_t>(l.params[k])].param->grad();
-            copy_values(g, 0, averaged, l.offsets[k], g.numel());
+            copy_values(g, 0, flat_[b], l.offsets[k], g.numel());
         }
     }
 }

@@ -3,10 +3,11 @@
 //
 // Each rank computes the gradients of its share of the batch; before the update they are summed
 // over the ranks. GradientExchange does it in buckets (plan_buckets: the last parameters first,
-// as the backward finishes them). During the backward of a step's last micro-batch each
-// parameter's post-accumulate hook (core/tensor.h) marks its gradient final; as soon as every
-// gradient of a bucket is final, and the buckets before it have been started, the bucket is packed
-// into its flat buffer and its exchange starts on the side: on a thread of its own for CPU ranks
+// as the backward finishes them), flat buffers in which the parameters' gradients live as views
+// (attach_gradients), so the backward accumulates into them directly. During the backward of a
+// step's last micro-batch each parameter's post-accumulate hook (core/tensor.h) marks its
+// gradient final; as soon as every gradient of a bucket is final, and the buckets before it have
+// been started, the bucket's exchange starts on the side: on a thread of its own for CPU ranks
 // (TCP), on NCCL's stream for CUDA ranks. The backward meanwhile goes on with earlier layers.
 // finish() waits for the exchanges.
 //
@@ -64,13 +65,18 @@ public:
     GradientExchange(const GradientExchange&) = delete;
     GradientExchange& operator=(const GradientExchange&) = delete;
 
+    // Zeros the buckets and makes every parameter's gradient a view of its place in its bucket,
+    // so that the backward accumulates straight into the buckets: no copy, and no memory beyond
+    // one gradient a parameter. Called at the start of a step, after zero_grad (without it, the
+    // gradients are copied into the buckets).
+    void attach_gradients();
     // Starts each bucket's exchange as soon as the next backward has finished its gradients
     // (the trainer arms the last micro-batch of a step; earlier ones only add up gradients), by
     // a post-accumulate hook on every parameter (removed by the destructor).
     void arm();
     // Starts the buckets not started yet (all of them without arm()), waits for the sums and
     // leaves the gradients averaged over the ranks: without ZeRO in every parameter's grad();
-    // with ZeRO in shard_grads(), the parameters' own gradients dropped. A parameter without a
+    // with ZeRO in shard_grads(), the parameters' gradients dropped. A parameter without a
     // gradient is an error naming it.
     void finish();
 
@@ -80,7 +86,8 @@ public:
     // How many buckets the last armed backward started before it ended (finish() started the
     // others): the overlap achieved.
     std::size_t started_during_backward() const { return started_early_; }
-    // Device bytes the exchange keeps: the flat buckets, and ZeRO's slice of them.
+    // Bytes the exchange keeps: the flat buckets (the gradients themselves once attached), and
+    // ZeRO's slice of their sums.
     std::size_t buffer_bytes() const;
 
     // ZeRO-1. This rank's slice of every bucket, one after another (bucket b's at
@@ -141,6 +148,7 @@ public:
     const char* name() const override { return "adamw"; }
     void materialize_state() override;
     void shard_state() override;
+    std::size_t state_bytes() override { return m_.nbytes() + v_.nbytes(); }
 
 private:
     AdamWOptions opt_;

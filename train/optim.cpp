@@ -48,6 +48,13 @@ Optimizer::Optimizer(std::vector<NamedParam> params) : params_(std::move(params)
                  "parameter '", np.name, "' is undefined or does not require grad");
 }
 
+std::size_t Optimizer::state_bytes() {
+    std::size_t bytes = 0;
+    for (const auto& [name, t] : named_state())
+        if (t->defined()) bytes += t->nbytes();
+    return bytes;
+}
+
 void Optimizer::zero_grad() {
     for (NamedParam& np : params_) np.param->zero_grad();
 }

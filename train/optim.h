@@ -43,6 +43,8 @@ public:
     // (every rank calls it), and shard_state() keeps this rank's part of it again. Others: no-ops.
     virtual void materialize_state() {}
     virtual void shard_state() {}
+    // The bytes of state this process keeps (its slice, when split).
+    virtual std::size_t state_bytes();
     void zero_grad();
     std::int64_t steps() const { return steps_; }
     void set_steps(std::int64_t steps) { steps_ = steps; }

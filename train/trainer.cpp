@@ -153,14 +153,13 @@ TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t se
                                                    c.optim.name == "sgd" ? 1 : 2,
                                                    attention_runs_cudnn(c, device));
     if (world_size > 1) {
-        // The exchange's flat buckets hold every gradient once more (their padding, under one
-        // value a rank, is left out); ZeRO-1 keeps 1 / world_size of AdamW's state and a slice
-        // of the sums.
+        // The gradients live in the exchange's buckets, all of them from the step's start;
+        // ZeRO-1 keeps 1 / world_size of AdamW's state and a slice of the sums.
         const double ranks = static_cast<double>(world_size);
-        need.exchange = need.parameters;
+        need.gradients = need.parameters;
         if (c.train.zero == 1) {
             need.optimizer_state /= ranks;
-            need.exchange += need.parameters / ranks;
+            need.exchange = need.parameters / ranks;
         }
     }
     if (!c.train.memory_check) return need;
@@ -309,7 +308,10 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
                                      "over the ranks, the weights all-gathered)"
                                    : " (all-reduced)")
              << ", batches of " << c.train.batch_size << " rows split "
-             << c.train.batch_size / dist_.world_size << " a rank\n";
+             << c.train.batch_size / dist_.world_size << " a rank\n"
+             << "ranks: each keeps " << format_bytes(opt_->state_bytes())
+             << " of optimizer state and " << format_bytes(exchange_->buffer_bytes())
+             << " of gradient buckets\n";
     } else if (c.train.zero == 1) {
         log_ << "note: train.zero: 1 splits AdamW's state over several ranks; with one it has no "
                 "effect\n";
@@ -545,6 +547,7 @@ double Trainer::train_step() {
     const Config& c = cfg_;
     model_->train(true);
     opt_->zero_grad();
+    if (exchange_) exchange_->attach_gradients();  // the backward adds into the buckets
     // The micro-batches' losses are summed where they are computed, and the gradients' norm and
     // clip factor computed there too: the host waits once, for the sum and the norm, when the
     // whole forward and backward of the step are queued.
