@@ -13,7 +13,9 @@
 #      micro-batches: one process's losses, identical weights, every bucket started before the
 #      backward ended; the same buckets without ZeRO, too;
 #   9. a ZeRO-1 checkpoint (AdamW's state gathered whole) resumes on one process and on two
-#      ranks with ZeRO as one process's checkpoint resumes.
+#      ranks with ZeRO as one process's checkpoint resumes;
+#  10. bf16 training exchanges bf16 sums, with and without ZeRO-1: one process's losses within
+#      bf16's own distance from fp32.
 set -euo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -179,6 +181,35 @@ same_losses "$work/one_accum/metrics.jsonl" "$work/zero1_copy/metrics.jsonl" 10 
     { echo "a ZeRO-1 checkpoint resumed on two ranks trained differently"; exit 1; }
 all_started_in_backward "$work/resume_zero_two.log"  # the loaded weights are hooked too
 
+# 10. bf16 (train.precision): the sums travel as bf16 (train.exchange_dtype auto), with and
+# without ZeRO-1: the losses of one process within bf16's own distance from fp32.
+max_diff() {
+    paste <(grep '"ms"' "$1") <(grep '"ms"' "$2") | awk -F'\t' '{
+        split($1, a, /"loss":/); split(a[2], x, ",");
+        split($2, b, /"loss":/); split(b[2], y, ",");
+        d = x[1] - y[1]; if (d < 0) d = -d; if (d > m) m = d
+    } END { printf "%.6g\n", m }'
+}
+bf16=(--set train.precision=bf16 --set model.dropout=0)
+"$bin" train configs/addition.yaml "${sets[@]}" "${bf16[@]}" --set train.out_dir="$work/one_bf16" \
+    > "$work/one_bf16.log" 2>&1
+"$bin" train configs/addition.yaml "${sets[@]}" --set model.dropout=0 \
+    --set train.out_dir="$work/one_fp32" > "$work/one_fp32.log" 2>&1
+noise=$(max_diff "$work/one_fp32/metrics.jsonl" "$work/one_bf16/metrics.jsonl")
+for zero in 0 1; do
+    "$bin" train configs/addition.yaml "${sets[@]}" "${bf16[@]}" --ranks 2 --set train.zero=$zero \
+        --set train.bucket_mb=0.002 --set train.out_dir="$work/bf16_zero$zero" \
+        > "$work/bf16_zero$zero.log" 2>&1 || { cat "$work/bf16_zero$zero.log"; exit 1; }
+    grep -q "exchanged in bf16 during the backward" "$work/bf16_zero$zero.log" ||
+        { cat "$work/bf16_zero$zero.log"; exit 1; }
+    grep -q "weights are identical after step 30" "$work/bf16_zero$zero.log" ||
+        { cat "$work/bf16_zero$zero.log"; exit 1; }
+    d=$(max_diff "$work/one_bf16/metrics.jsonl" "$work/bf16_zero$zero/metrics.jsonl")
+    awk -v d="$d" -v t="$noise" 'BEGIN { exit !(d <= t) }' ||
+        { echo "bf16 on two ranks (zero $zero): losses differ from one process's by up to $d" \
+               "(bf16 against fp32: $noise)"; exit 1; }
+done
+
 # A launch inside a launch is refused.
 out=$(WORLD_SIZE=2 "$bin" train configs/addition.yaml --ranks 2 2>&1) && exit 1
 grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<< "$out" ||
@@ -187,4 +218,4 @@ grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<
 echo "two CPU ranks: the same losses as one process, identical weights, rank 0 alone writes;" \
      "a killed rank stops the other in $stopped_in s; --ranks 2 the same; SIGTERM stops both;" \
      "a one-process checkpoint resumes on two ranks; ZeRO-1 and overlapped buckets the same;" \
-     "a ZeRO-1 checkpoint resumes on one process and on two ranks"
+     "a ZeRO-1 checkpoint resumes on one process and on two ranks; bf16 sums within bf16 noise"

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <thread>
 
+#include "kernels/half.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
 #include "test_helpers.h"
@@ -268,6 +269,49 @@ TEST_CASE("ranks reduce-scatter and all-gather floats", "[distributed]") {
     }
     CHECK(reduced[0][0] == (1e8f + 1.0f) + 1.0f);
     CHECK(reduced[0][5] == 3.0f * 5.0f + 300.0f);
+}
+
+TEST_CASE("ranks sum bf16 values in float, in rank order, rounded once", "[distributed]") {
+    const int world = 3, port = free_port();
+    const std::size_t n = 2;  // values a rank in the reduce-scatter
+    std::vector<std::vector<std::uint16_t>> all(world), slices(world);
+    std::vector<std::string> errors(world);
+    // Even values: 1 on rank 0, 2^-8 on the others (each exact in bf16, whose 8 significant
+    // bits space values near 1 by 2^-7); odd ones: 2 + r / 2.
+    auto value = [](int r, std::size_t i) {
+        return half::float_to_bf16(i % 2 ? 2.0f + 0.5f * float(r) : r == 0 ? 1.0f : 0x1p-8f);
+    };
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < world; ++r) {
+        ranks.emplace_back([&, r] {
+            try {
+                TcpGroup group(rank_env(r, world, port), 20.0);
+                std::vector<std::uint16_t> in(world * n);
+                for (std::size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
+                all[r] = in;
+                group.all_reduce_sum_bf16(all[r].data(), all[r].size());
+                slices[r].resize(n);
+                group.reduce_scatter_sum_bf16(in.data(), slices[r].data(), n);
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+            }
+        });
+    }
+    for (auto& t : ranks) t.join();
+    for (std::size_t i = 0; i < world * n; ++i) {
+        float sum = 0.0f;  // what rank 0 computes: floats in rank order, one rounding
+        for (int r = 0; r < world; ++r) sum += half::bf16_to_float(value(r, i));
+        for (int r = 0; r < world; ++r) {
+            INFO("rank " << r << ", value " << i);
+            CHECK(errors[r].empty());
+            CHECK(all[r][i] == half::float_to_bf16(sum));
+            if (i / n == static_cast<std::size_t>(r)) CHECK(slices[r][i % n] == all[0][i]);
+        }
+    }
+    // 1 + 2^-8 + 2^-8 = 1 + 2^-7 in float, exact in bf16; adding in bf16 one value at a time
+    // would round each 1 + 2^-8 back to 1 (a tie, to even).
+    CHECK(half::bf16_to_float(all[0][0]) == 1.0f + 0x1p-7f);
+    CHECK(half::bf16_to_float(all[0][1]) == 7.5f);
 }
 
 TEST_CASE("ZeRO-1's slices cover every parameter element once", "[distributed]") {

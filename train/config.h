@@ -51,6 +51,9 @@ struct Config {
         // ZeRO-1: each keeps and updates its 1/WORLD_SIZE slice of it.
         std::int64_t zero = 0;
         double bucket_mb = 25.0;  // several ranks: the most MiB of gradients exchanged at once
+        // Several ranks: the gradients' sums travel as f32 or bf16; auto: bf16 when precision
+        // is bf16, else f32.
+        std::string exchange_dtype = "auto";
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "kernels/half.h"
 
 namespace fg {
 namespace {
@@ -292,25 +293,49 @@ void TcpGroup::sum_in_rank_order(T* values, std::size_t n) {
 void TcpGroup::all_reduce_sum(float* values, std::size_t n) { sum_in_rank_order(values, n); }
 void TcpGroup::all_reduce_sum(double* values, std::size_t n) { sum_in_rank_order(values, n); }
 
-void TcpGroup::reduce_scatter_sum(const float* in, float* out, std::size_t n) {
+template <typename Wire, typename Sum, typename Widen, typename Narrow>
+void TcpGroup::sum_and_scatter(const Wire* in, Wire* out, std::size_t n, bool whole, Widen widen,
+                               Narrow narrow) {
     const std::size_t ranks = static_cast<std::size_t>(env_.world_size);
+    const std::size_t total = whole ? n : ranks * n;  // values each rank sends
     if (!env_.distributed() || n == 0) {
-        if (n > 0 && out != in) std::memmove(out, in, n * sizeof(float));
+        if (n > 0 && out != in) std::memmove(out, in, n * sizeof(Wire));
         return;
     }
     if (env_.rank == 0) {  // the sums in rank order, as sum_in_rank_order adds them
-        std::vector<float> sums(in, in + ranks * n), theirs(ranks * n);
+        std::vector<Sum> sums(total);
+        for (std::size_t i = 0; i < total; ++i) sums[i] = widen(in[i]);
+        std::vector<Wire> theirs(total);
         for (int fd : peers_) {
-            recv_all(fd, theirs.data(), theirs.size() * sizeof(float), "a rank's values to sum");
-            for (std::size_t i = 0; i < sums.size(); ++i) sums[i] += theirs[i];
+            recv_all(fd, theirs.data(), total * sizeof(Wire), "a rank's values to sum");
+            for (std::size_t i = 0; i < total; ++i) sums[i] += widen(theirs[i]);
         }
+        std::vector<Wire> rounded(total);
+        for (std::size_t i = 0; i < total; ++i) rounded[i] = narrow(sums[i]);
         for (std::size_t r = 1; r < ranks; ++r)
-            send_all(peers_[r - 1], sums.data() + r * n, n * sizeof(float), "a rank's sums");
-        std::memcpy(out, sums.data(), n * sizeof(float));
+            send_all(peers_[r - 1], rounded.data() + (whole ? 0 : r * n), n * sizeof(Wire),
+                     "a rank's sums");
+        std::memcpy(out, rounded.data(), n * sizeof(Wire));
         return;
     }
-    send_all(peers_[0], in, ranks * n * sizeof(float), "its values to sum");
-    recv_all(peers_[0], out, n * sizeof(float), "rank 0's sums of its slice");
+    send_all(peers_[0], in, total * sizeof(Wire), "its values to sum");
+    recv_all(peers_[0], out, n * sizeof(Wire), "rank 0's sums");
+}
+
+void TcpGroup::reduce_scatter_sum(const float* in, float* out, std::size_t n) {
+    const auto same = [](float v) { return v; };
+    sum_and_scatter<float, float>(in, out, n, false, same, same);
+}
+
+void TcpGroup::all_reduce_sum_bf16(std::uint16_t* values, std::size_t n) {
+    sum_and_scatter<std::uint16_t, float>(values, values, n, true, half::bf16_to_float,
+                                          half::float_to_bf16);
+}
+
+void TcpGroup::reduce_scatter_sum_bf16(const std::uint16_t* in, std::uint16_t* out,
+                                       std::size_t n) {
+    sum_and_scatter<std::uint16_t, float>(in, out, n, false, half::bf16_to_float,
+                                          half::float_to_bf16);
 }
 
 void TcpGroup::all_gather(const float* in, float* out, std::size_t n) {

@@ -68,6 +68,10 @@ public:
     // Sums `in` (world_size * n values) over the ranks and leaves this rank's slice of the sums
     // (n values from rank * n) in `out`: the bits all_reduce_sum would give there.
     void reduce_scatter_sum(const float* in, float* out, std::size_t n);
+    // The same for bf16 values (16-bit words): rank 0 adds them in float, in rank order, and
+    // rounds each sum once.
+    void all_reduce_sum_bf16(std::uint16_t* values, std::size_t n);
+    void reduce_scatter_sum_bf16(const std::uint16_t* in, std::uint16_t* out, std::size_t n);
     // Every rank's n values of `in`, in rank order, into `out` (world_size * n values); `in` may
     // be this rank's slice of `out`.
     void all_gather(const float* in, float* out, std::size_t n);
@@ -82,6 +86,11 @@ public:
 private:
     template <typename T>
     void sum_in_rank_order(T* values, std::size_t n);
+    // Rank 0 receives every rank's `ranks * n` values of type Wire, adds them as Sum in rank
+    // order, and sends each rank slice r of the sums (all of them when `whole`), as Wire.
+    template <typename Wire, typename Sum, typename Widen, typename Narrow>
+    void sum_and_scatter(const Wire* in, Wire* out, std::size_t n, bool whole, Widen widen,
+                         Narrow narrow);
     void send_all(int fd, const void* data, std::size_t n, const char* what);
     void recv_all(int fd, void* data, std::size_t n, const char* what);
 

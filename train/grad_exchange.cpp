@@ -62,11 +62,25 @@ public:
         worker_.join();
     }
 
-    void all_reduce_sum(float* data, std::size_t n) override {
-        enqueue([this, data, n] { group_.all_reduce_sum(data, n); });
+    void all_reduce_sum(void* data, std::size_t n, DType type) override {
+        if (type == DType::bf16) {
+            auto* d = static_cast<std::uint16_t*>(data);
+            enqueue([this, d, n] { group_.all_reduce_sum_bf16(d, n); });
+        } else {
+            auto* d = static_cast<float*>(data);
+            enqueue([this, d, n] { group_.all_reduce_sum(d, n); });
+        }
     }
-    void reduce_scatter_sum(const float* in, float* out, std::size_t n) override {
-        enqueue([this, in, out, n] { group_.reduce_scatter_sum(in, out, n); });
+    void reduce_scatter_sum(const void* in, void* out, std::size_t n, DType type) override {
+        if (type == DType::bf16) {
+            const auto* i = static_cast<const std::uint16_t*>(in);
+            auto* o = static_cast<std::uint16_t*>(out);
+            enqueue([this, i, o, n] { group_.reduce_scatter_sum_bf16(i, o, n); });
+        } else {
+            const auto* i = static_cast<const float*>(in);
+            auto* o = static_cast<float*>(out);
+            enqueue([this, i, o, n] { group_.reduce_scatter_sum(i, o, n); });
+        }
     }
     void all_gather(const float* in, float* out, std::size_t n) override {
         enqueue([this, in, out, n] { group_.all_gather(in, out, n); });
@@ -132,11 +146,11 @@ private:
 class NcclCollectives final : public Collectives {
 public:
     NcclCollectives(void* communicator, TcpGroup& group) : comm_(communicator), group_(group) {}
-    void all_reduce_sum(float* data, std::size_t n) override {
-        cuda().nccl_all_reduce_sum(comm_, data, n, kernels::ScalarType::f32);
+    void all_reduce_sum(void* data, std::size_t n, DType type) override {
+        cuda().nccl_all_reduce_sum(comm_, data, n, scalar(type));
     }
-    void reduce_scatter_sum(const float* in, float* out, std::size_t n) override {
-        cuda().nccl_reduce_scatter_sum(comm_, in, out, n, kernels::ScalarType::f32);
+    void reduce_scatter_sum(const void* in, void* out, std::size_t n, DType type) override {
+        cuda().nccl_reduce_scatter_sum(comm_, in, out, n, scalar(type));
     }
     void all_gather(const float* in, float* out, std::size_t n) override {
         cuda().nccl_all_gather(comm_, in, out, n, kernels::ScalarType::f32);
@@ -146,6 +160,9 @@ public:
 
 private:
     static CudaBackend& cuda() { return cuda_backend("grad_exchange"); }
+    static kernels::ScalarType scalar(DType t) {
+        return t == DType::bf16 ? kernels::ScalarType::bf16 : kernels::ScalarType::f32;
+    }
     void* comm_;
     TcpGroup& group_;
 };
@@ -161,9 +178,13 @@ std::unique_ptr<Collectives> nccl_collectives(void* communicator, TcpGroup& grou
 }
 
 GradientExchange::GradientExchange(std::vector<NamedParam> params, Collectives& comm, int rank,
-                                   int world_size, bool zero, std::size_t bucket_bytes)
-    : params_(std::move(params)), comm_(comm), rank_(rank), world_(world_size), zero_(zero) {
+                                   int world_size, bool zero, std::size_t bucket_bytes,
+                                   DType wire)
+    : params_(std::move(params)), comm_(comm), rank_(rank), world_(world_size), zero_(zero),
+      wire_(wire) {
     FG_CHECK(!params_.empty(), "grad_exchange", "no parameters to exchange");
+    FG_CHECK(wire_ == DType::f32 || wire_ == DType::bf16, "grad_exchange", "gradients travel as "
+             "f32 or bf16, not ", dtype_name(wire_));
     device_ = params_[0].param->device();
     std::vector<std::int64_t> numels;
     for (const NamedParam& p : params_) {
@@ -183,7 +204,8 @@ GradientExchange::GradientExchange(std::vector<NamedParam> params, Collectives& 
         shard_numel_ += layout_[b].shard;
     }
     pending_.assign(layout_.size(), 0);
-    if (zero_) shard_sums_ = Tensor::zeros({shard_numel_}, DType::f32, device_);
+    wire_flat_.resize(layout_.size());
+    if (zero_) shard_sums_ = Tensor::zeros({shard_numel_}, wire_, device_);
 }
 
 GradientExchange::~GradientExchange() {
@@ -200,6 +222,8 @@ std::size_t GradientExchange::bucket_bytes_max() const {
 std::size_t GradientExchange::buffer_bytes() const {
     std::size_t bytes = 0;
     for (const Tensor& f : flat_) bytes += f.nbytes();
+    if (wire_ == DType::bf16)  // the rounded copies, while they travel
+        for (const Tensor& f : flat_) bytes += f.nbytes() / 2;
     if (shard_sums_.defined()) bytes += shard_sums_.nbytes();
     return bytes;
 }
@@ -252,12 +276,17 @@ void GradientExchange::start(std::size_t b) {
         // Nothing to copy where the gradient is its place in the bucket (attach_gradients).
         copy_values(flat_[b], l.offsets[k], g, 0, g.numel());
     }
+    // What travels: the bucket, or its bf16 rounding (kept until finish(): the exchange reads it
+    // on the side).
+    if (wire_ == DType::bf16) wire_flat_[b] = cast(flat_[b], DType::bf16);
+    const Tensor& sent = wire_ == DType::bf16 ? wire_flat_[b] : flat_[b];
     if (zero_) {
-        comm_.reduce_scatter_sum(flat_[b].data<float>(),
-                                 shard_sums_.data<float>() + shard_offsets_[b],
-                                 static_cast<std::size_t>(l.shard));
+        const std::size_t at = static_cast<std::size_t>(shard_offsets_[b]) * dtype_size(wire_);
+        comm_.reduce_scatter_sum(sent.raw_data(),
+                                 static_cast<char*>(shard_sums_.raw_data()) + at,
+                                 static_cast<std::size_t>(l.shard), wire_);
     } else {
-        comm_.all_reduce_sum(flat_[b].data<float>(), static_cast<std::size_t>(l.numel));
+        comm_.all_reduce_sum(sent.raw_data(), static_cast<std::size_t>(l.numel), wire_);
     }
 }
 
@@ -270,7 +299,8 @@ void GradientExchange::finish() {
     comm_.wait();
     const double share = 1.0 / static_cast<double>(world_);
     if (zero_) {
-        shard_grads_ = scale(shard_sums_, share);
+        shard_grads_ = scale(cast(shard_sums_, DType::f32), share);
+        for (Tensor& w : wire_flat_) w = Tensor();
         // The whole gradients are spent: the buckets serve the weights' gather next.
         for (NamedParam& np : params_) np.param->zero_grad();
         return;
@@ -278,7 +308,9 @@ void GradientExchange::finish() {
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];
         // Into the bucket, where the attached gradients are; into each gradient otherwise.
-        const Tensor averaged = scale(flat_[b].slice(0, l.numel), share);
+        const Tensor summed = wire_ == DType::bf16 ? cast(wire_flat_[b], DType::f32) : flat_[b];
+        wire_flat_[b] = Tensor();
+        const Tensor averaged = scale(summed.slice(0, l.numel), share);
         copy_values(flat_[b], 0, averaged, 0, l.numel);
         for (std::size_t k = 0; k < l.params.size(); ++k) {
             Tensor g = params_[static_cast<std::size_t>(l.params[k])].param->grad();

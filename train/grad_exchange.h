@@ -30,17 +30,17 @@
 
 namespace fg {
 
-// How the ranks exchange flat f32 buffers. The calls are queued and carried out in order on the
-// side (a thread of its own over TCP; the communicator's stream for NCCL); a buffer handed to one
-// must not be read or written until wait() has returned. Every rank queues the same calls in the
-// same order.
+// How the ranks exchange flat buffers of f32 or bf16 values. The calls are queued and carried
+// out in order on the side (a thread of its own over TCP; the communicator's stream for NCCL); a
+// buffer handed to one must not be read or written until wait() has returned. Every rank queues
+// the same calls in the same order.
 class Collectives {
 public:
     virtual ~Collectives() = default;
-    virtual void all_reduce_sum(float* data, std::size_t n) = 0;  // in place
+    virtual void all_reduce_sum(void* data, std::size_t n, DType type) = 0;  // in place
     // `in`: world_size * n values; `out`: this rank's slice of their sums, n values.
-    virtual void reduce_scatter_sum(const float* in, float* out, std::size_t n) = 0;
-    // `out`: every rank's n values, in rank order; `in` may be this rank's slice of `out`.
+    virtual void reduce_scatter_sum(const void* in, void* out, std::size_t n, DType type) = 0;
+    // `out`: every rank's n f32 values, in rank order; `in` may be this rank's slice of `out`.
     virtual void all_gather(const float* in, float* out, std::size_t n) = 0;
     // Returns once the calls queued so far are done (CPU), or has fusegrad's stream wait for them
     // (CUDA); rethrows the first failure.
@@ -58,9 +58,11 @@ std::unique_ptr<Collectives> nccl_collectives(void* communicator, TcpGroup& grou
 
 class GradientExchange {
 public:
-    // `params` are f32 and all on one device; buckets of at most `bucket_bytes`.
+    // `params` are f32 and all on one device; buckets of at most `bucket_bytes`; the sums travel
+    // as `wire` values (f32, or bf16: half the bytes, each bucket rounded once before it is sent
+    // and summed in float where the transport can).
     GradientExchange(std::vector<NamedParam> params, Collectives& comm, int rank, int world_size,
-                     bool zero, std::size_t bucket_bytes);
+                     bool zero, std::size_t bucket_bytes, DType wire = DType::f32);
     ~GradientExchange();
     GradientExchange(const GradientExchange&) = delete;
     GradientExchange& operator=(const GradientExchange&) = delete;
@@ -81,6 +83,7 @@ public:
     void finish();
 
     bool zero() const { return zero_; }
+    DType wire() const { return wire_; }
     std::size_t bucket_count() const { return layout_.size(); }
     std::size_t bucket_bytes_max() const;
     // How many buckets the last armed backward started before it ended (finish() started the
@@ -117,6 +120,7 @@ private:
     Collectives& comm_;
     int rank_, world_;
     bool zero_;
+    DType wire_;
     Device device_;
     std::vector<BucketLayout> layout_;
     std::vector<std::size_t> bucket_of_;    // the bucket of each parameter
@@ -124,7 +128,8 @@ private:
     std::vector<Tensor> flat_;              // per bucket: the packed gradients (padded)
     std::vector<std::int64_t> shard_offsets_;
     std::int64_t shard_numel_ = 0;
-    Tensor shard_sums_;                     // ZeRO: this rank's slices of the sums
+    std::vector<Tensor> wire_flat_;         // bf16 wire: each bucket's rounded copy, until finish
+    Tensor shard_sums_;                     // ZeRO: this rank's slices of the sums (wire type)
     Tensor shard_grads_;                    // ZeRO: the same divided by the number of ranks
     bool armed_ = false;
     std::size_t started_ = 0;               // buckets started, in order, since arm()

@@ -220,6 +220,13 @@ std::ostream& rank_log(std::ostream& log) {
     return distributed_env().rank == 0 ? log : nowhere;
 }
 
+// The type the gradients' sums travel in (train.exchange_dtype).
+DType exchange_dtype(const Config& c) {
+    if (c.train.exchange_dtype == "auto")
+        return c.train.precision == "bf16" ? DType::bf16 : DType::f32;
+    return c.train.exchange_dtype == "bf16" ? DType::bf16 : DType::f32;
+}
+
 // How long ranks wait for each other: to meet, and at every exchange. A rank that stops closes
 // its connections, so the others hear of it at once; this bounds a rank that hangs.
 constexpr double kRanksTimeoutSeconds = 600.0;
@@ -274,7 +281,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
         exchange_ = std::make_unique<GradientExchange>(params_, *collectives_, dist_.rank,
                                                        dist_.world_size, c.train.zero == 1,
                                                        static_cast<std::size_t>(
-                                                           c.train.bucket_mb * 1048576.0));
+                                                           c.train.bucket_mb * 1048576.0),
+                                                       exchange_dtype(c));
     }
     opt_ = exchange_ && exchange_->zero()
                ? std::make_unique<ShardedAdamW>(params_, adamw_options(c), *exchange_)
@@ -303,7 +311,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     if (exchange_) {
         log_ << "ranks: " << dist_.world_size << ", " << exchange_->bucket_count()
              << " gradient buckets of at most "
-             << format_bytes(exchange_->bucket_bytes_max()) << " exchanged during the backward"
+             << format_bytes(exchange_->bucket_bytes_max()) << " exchanged in "
+             << dtype_name(exchange_->wire()) << " during the backward"
              << (exchange_->zero() ? " (ZeRO-1: reduce-scattered; AdamW's state and update split "
                                      "over the ranks, the weights all-gathered)"
                                    : " (all-reduced)")
@@ -336,7 +345,8 @@ const std::vector<std::string>& resumable_keys() {
     static const std::vector<std::string> keys{
         "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
         "train.device", "train.precision", "train.out_dir", "train.memory_check", "train.zero",
-        "train.bucket_mb", "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction",
+        "train.bucket_mb", "train.exchange_dtype", "optim.lr", "optim.min_lr",
+        "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction",
         "kernels.attention", "kernels.cuda_graph"};
     return keys;
 }
