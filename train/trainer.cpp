@@ -143,6 +143,13 @@ void configure_kernels(Module& model, const Config& c) {
     });
 }
 
+// The type the gradients' sums travel in (train.exchange_dtype).
+DType exchange_dtype(const Config& c) {
+    if (c.train.exchange_dtype == "auto")
+        return c.train.precision == "bf16" ? DType::bf16 : DType::f32;
+    return c.train.exchange_dtype == "bf16" ? DType::bf16 : DType::f32;
+}
+
 // The memory one step of this run needs, checked against what the device has available before
 // the model is built or anything is written, so that a batch too large for the machine is
 // refused with the number instead of ending in an out-of-memory error part way through.
@@ -153,13 +160,17 @@ TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t se
                                                    c.optim.name == "sgd" ? 1 : 2,
                                                    attention_runs_cudnn(c, device));
     if (world_size > 1) {
-        // The gradients live in the exchange's buckets, all of them from the step's start;
-        // ZeRO-1 keeps 1 / world_size of AdamW's state and a slice of the sums.
+        // The gradients live in the exchange's buckets, all of them from the step's start; bf16
+        // sums travel as rounded copies of the buckets (half their bytes); ZeRO-1 keeps
+        // 1 / world_size of AdamW's state, and its slice of the sums (in the wire's type, then
+        // averaged in f32).
         const double ranks = static_cast<double>(world_size);
+        const double wire = exchange_dtype(c) == DType::bf16 ? 0.5 : 1.0;
         need.gradients = need.parameters;
+        need.exchange = wire < 1.0 ? wire * need.parameters : 0.0;
         if (c.train.zero == 1) {
             need.optimizer_state /= ranks;
-            need.exchange = need.parameters / ranks;
+            need.exchange += (wire + 1.0) * need.parameters / ranks;
         }
     }
     if (!c.train.memory_check) return need;
@@ -218,13 +229,6 @@ namespace {
 std::ostream& rank_log(std::ostream& log) {
     static std::ostream nowhere(nullptr);
     return distributed_env().rank == 0 ? log : nowhere;
-}
-
-// The type the gradients' sums travel in (train.exchange_dtype).
-DType exchange_dtype(const Config& c) {
-    if (c.train.exchange_dtype == "auto")
-        return c.train.precision == "bf16" ? DType::bf16 : DType::f32;
-    return c.train.exchange_dtype == "bf16" ? DType::bf16 : DType::f32;
 }
 
 // How long ranks wait for each other: to meet, and at every exchange. A rank that stops closes
