@@ -6,8 +6,9 @@
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
 #   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh), then tokens/s on DDP_GPUS
-#   (default 1 2 4, those the machine has) for DDP_MODELS (default "baby gpt2"), fusegrad (bf16,
-#   train.zero 0 and 1) and PyTorch DDP (bf16, torch.compile), each GPU with the one-GPU batch;
+#   (default 1 2 4, those the machine has) for DDP_MODELS (default "baby gpt2"), fusegrad (bf16;
+#   ZeRO-1 off and on with bf16 sums, off with f32 sums) and PyTorch DDP (bf16 autocast, f32
+#   sums, torch.compile), each GPU with the one-GPU batch;
 #   the table by bench/scaling_report.py.
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
 #   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
@@ -163,15 +164,21 @@ PY
                 for n in ${DDP_GPUS:-1 2 4}; do
                     [ "$n" -le "$have" ] || continue
                     b=$((per_gpu * n))
-                    for zero in 0 1; do
-                        [ "$n" = 1 ] && [ "$zero" = 1 ] && continue  # one rank: nothing to split
-                        dir=$runs/fusegrad-zero${zero}_${model}_$n
+                    # ZeRO off and on (bf16 sums: train.exchange_dtype auto), and off with f32
+                    # sums as PyTorch DDP sends them.
+                    for variant in zero0:auto zero1:auto f32sums:f32; do
+                        name=${variant%%:*} wire=${variant##*:} zero=0
+                        [ "$name" = zero1 ] && zero=1
+                        dir=$runs/fusegrad-${name}_${model}_$n
+                        if [ "$n" = 1 ] && [ "$name" != zero0 ]; then  # one rank: the same run
+                            ln -sfn "$runs/fusegrad-zero0_${model}_1" "$dir"
+                            continue
+                        fi
                         build-gpu/train/fusegrad train $cfg $sets $common --set train.batch_size=$b \
-                            --set train.zero=$zero --set train.out_dir="$dir" --max-steps $steps \
-                            --ranks "$n" > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
+                            --set train.zero=$zero --set train.exchange_dtype=$wire \
+                            --set train.out_dir="$dir" --max-steps $steps --ranks "$n" \
+                            > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
                     done
-                    # One rank of fusegrad is the baseline of the ZeRO rows too.
-                    [ "$n" = 1 ] && ln -sfn "$runs/fusegrad-zero0_${model}_1" "$runs/fusegrad-zero1_${model}_1"
                     PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
                         bench/train_torch.py $cfg "$runs/torch-ddp-compile_${model}_$n" --mode bf16 --compile \
                         --steps $steps --eval-iters 1 $tsets $common --set train.batch_size=$b \
