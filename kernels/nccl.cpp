@@ -3,8 +3,10 @@
 
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <stdexcept>
 
 #include "runtime.h"
@@ -34,11 +36,14 @@ struct Communicator {
     cudaStream_t stream = nullptr;
     cudaEvent_t queued = nullptr;  // recorded on fusegrad's stream before each collective
     cudaEvent_t done = nullptr;    // recorded on the communicator's stream at nccl_join
+    bool aborted = false;
 };
 
 Communicator& unwrap(void* communicator) {
     if (communicator == nullptr) throw std::invalid_argument("[nccl] no communicator");
-    return *static_cast<Communicator*>(communicator);
+    Communicator& c = *static_cast<Communicator*>(communicator);
+    if (c.aborted) throw CudaError("[nccl] the communicator was aborted after an earlier error");
+    return c;
 }
 
 // The communicator's stream waits for everything queued on fusegrad's stream so far.
@@ -89,7 +94,15 @@ void* nccl_communicator(const std::vector<std::uint8_t>& unique_id, int world_si
 void nccl_destroy(void* communicator) noexcept {
     if (!communicator) return;
     auto* c = static_cast<Communicator*>(communicator);
-    if (c->comm) ncclCommDestroy(c->comm);
+    if (c->comm) {
+        // ncclCommDestroy finishes what is queued first, which hangs if a peer is gone.
+        const bool idle = c->stream && cudaEventRecord(c->done, c->stream) == cudaSuccess &&
+                          cudaEventQuery(c->done) == cudaSuccess;
+        if (idle && !c->aborted)
+            ncclCommDestroy(c->comm);
+        else
+            ncclCommAbort(c->comm);
+    }
     if (c->done) cudaEventDestroy(c->done);
     if (c->queued) cudaEventDestroy(c->queued);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -123,6 +136,36 @@ void nccl_join(void* communicator) {
     Communicator& c = unwrap(communicator);
     FG_CUDA_CHECK(cudaEventRecord(c.done, c.stream));
     FG_CUDA_CHECK(cudaStreamWaitEvent(stream(), c.done, 0));
+}
+
+void nccl_synchronize(void* communicator, double timeout_s) {
+    nccl_join(communicator);
+    Communicator& c = unwrap(communicator);
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+        const cudaError_t done = cudaEventQuery(c.done);
+        if (done == cudaSuccess) return;
+        if (done != cudaErrorNotReady) FG_CUDA_CHECK(done);
+        ncclResult_t async = ncclSuccess;
+        check(ncclCommGetAsyncError(c.comm, &async), "ncclCommGetAsyncError");
+        const double waited =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (async != ncclSuccess && async != ncclInProgress) {
+            ncclCommAbort(c.comm);
+            c.comm = nullptr;
+            c.aborted = true;
+            check(async, "a collective (the exchange of gradients or weights)");
+        }
+        if (waited > timeout_s) {
+            ncclCommAbort(c.comm);
+            c.comm = nullptr;
+            c.aborted = true;
+            throw CudaError("[nccl] the ranks' exchange did not finish in " +
+                            std::to_string(static_cast<int>(timeout_s)) +
+                            " s (did another rank stop or hang?); the communicator was aborted");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
 }
 
 }  // namespace fg::kernels

@@ -24,6 +24,8 @@ std::string nccl_version();
 std::vector<std::uint8_t> nccl_unique_id();
 // This process's communicator among world_size ranks (collective: every rank calls it).
 void* nccl_communicator(const std::vector<std::uint8_t>& unique_id, int world_size, int rank);
+// Frees the communicator: destroyed when its collectives are done, aborted otherwise (a rank
+// failing mid-exchange must not wait for peers that may never come).
 void nccl_destroy(void* communicator) noexcept;
 // The collectives. Each is queued on the communicator's own stream, after all the work already
 // queued on fusegrad's stream (so it reads what that work wrote), and runs beside whatever is
@@ -43,5 +45,9 @@ void nccl_all_gather(void* communicator, const void* in, void* out, std::size_t 
                      ScalarType type);
 // fusegrad's stream waits (on the GPU; the host does not) for the collectives queued so far.
 void nccl_join(void* communicator);
+// nccl_join, then the host waits until the collectives queued so far are done, checking NCCL's
+// asynchronous error state as it waits: on an error (another rank stopped) or after timeout_s,
+// the communicator is aborted (its kernels stop) and an error says why, instead of a hang.
+void nccl_synchronize(void* communicator, double timeout_s);
 
 }  // namespace fg::kernels

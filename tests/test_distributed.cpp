@@ -1,7 +1,9 @@
 // tests/test_distributed.cpp: the parts of data-parallel training a CPU can check
-// (train/distributed.h): reading RANK / WORLD_SIZE / ... as torchrun and Slurm set them, with
-// errors naming what is wrong; the TCP rendezvous of several ranks (threads here) with broadcast
-// and barrier, and its timeouts; a rank's share of a batch; the gradient buckets' plan.
+// (train/distributed.h, train/grad_exchange.h): reading RANK / WORLD_SIZE / ... as torchrun and
+// Slurm set them, with errors naming what is wrong; the TCP rendezvous of several ranks (threads
+// here) with broadcast, barrier, sums, reduce-scatter and gather, and its timeouts; a rank's
+// share of a batch; the gradient buckets' plan and ZeRO-1's slices of them; the exchange and
+// ZeRO-1's AdamW over one rank against plain AdamW. Several processes: tests/distributed_cpu.sh.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 
 #include "kernels/half.h"
 #include "train/distributed.h"
+#include "train/grad_exchange.h"
 #include "train/trainer.h"
 #include "test_helpers.h"
 
@@ -421,4 +424,84 @@ TEST_CASE("sharded dropout counters are one process's, split by rank", "[distrib
     }
     g.set_shard(0, 1);
     CHECK(std::find(whole.begin(), whole.end(), 0.0f) != whole.end());  // some were dropped
+}
+
+TEST_CASE("the exchange over one rank: ZeRO-1's AdamW is AdamW, bit for bit", "[distributed]") {
+    // The same two parameters twice: one set trained by AdamW, one through the exchange (tiny
+    // buckets, so several) and ShardedAdamW; no clipping, so the updates must be the same bits.
+    auto make = [] {
+        Tensor a = test::random_f32({4, 3});
+        Tensor b = test::random_f32({5});
+        return std::pair<Tensor, Tensor>{a, b};
+    };
+    const auto [a0, b0] = make();
+    Tensor ra = a0.clone(), rb = b0.clone(), za = a0.clone(), zb = b0.clone();
+    for (Tensor* t : {&ra, &rb, &za, &zb}) t->set_requires_grad(true);
+    AdamWOptions o;
+    o.weight_decay = 0.1;
+    AdamW reference({{"a", &ra}, {"b", &rb}}, o);
+    TcpGroup group(DistributedEnv{}, 5.0);  // one rank: no sockets
+    std::unique_ptr<Collectives> comm = tcp_collectives(group);
+    const std::vector<NamedParam> params{{"a", &za}, {"b", &zb}};
+    GradientExchange exchange(params, *comm, 0, 1, true, 16);
+    ShardedAdamW sharded(params, o, exchange);
+    REQUIRE(exchange.bucket_count() > 1);
+    // loss = sum(a^2) + 3 sum(b^2): both parameters take part.
+    auto loss_of = [](const Tensor& a, const Tensor& b) {
+        return add(sum(mul(a, a)), scale(sum(mul(b, b)), 3.0));
+    };
+    for (int step = 1; step <= 3; ++step) {
+        reference.zero_grad();
+        loss_of(ra, rb).backward();
+        reference.step(1e-2, grad_norm({&ra, &rb}, 0.0).coef);
+
+        sharded.zero_grad();
+        exchange.attach_gradients();
+        exchange.arm();
+        loss_of(za, zb).backward();
+        CHECK(exchange.started_during_backward() == exchange.bucket_count());
+        exchange.finish();
+        sharded.step(1e-2, exchange.grad_norm(0.0).coef);
+        INFO("step " << step);
+        CHECK(za.to_vector<float>() == ra.to_vector<float>());
+        CHECK(zb.to_vector<float>() == rb.to_vector<float>());
+    }
+    CHECK(sharded.state_bytes() >= reference.state_bytes());  // one rank: all of it (+ padding)
+
+    // The state gathered whole for a checkpoint is AdamW's.
+    sharded.gather_state();
+    std::map<std::string, std::vector<float>> saved;
+    for (auto& [name, t] : sharded.named_state()) {
+        REQUIRE(t->defined());
+        CHECK_FALSE(t->is_cuda());
+        saved[name] = t->to_vector<float>();
+    }
+    for (auto& [name, t] : reference.named_state()) CHECK(saved.at(name) == t->to_vector<float>());
+    sharded.shard_state();
+    // Loaded back into a fresh ShardedAdamW (as a resume does), the next step is AdamW's.
+    ShardedAdamW resumed(params, o, exchange);
+    resumed.set_steps(3);
+    resumed.prepare_state_load();
+    for (auto& [name, t] : resumed.named_state())
+        *t = Tensor::from_vector(saved.at(name), t->shape());
+    resumed.shard_state();
+    reference.zero_grad();
+    loss_of(ra, rb).backward();
+    reference.step(1e-2, grad_norm({&ra, &rb}, 0.0).coef);
+    resumed.zero_grad();
+    exchange.attach_gradients();
+    exchange.arm();
+    loss_of(za, zb).backward();
+    exchange.finish();
+    resumed.step(1e-2, exchange.grad_norm(0.0).coef);
+    CHECK(za.to_vector<float>() == ra.to_vector<float>());
+    CHECK(zb.to_vector<float>() == rb.to_vector<float>());
+
+    // A parameter the loss leaves out is named (AdamW alone would skip it; ranks cannot).
+    resumed.zero_grad();
+    exchange.attach_gradients();
+    exchange.arm();
+    sum(mul(za, za)).backward();
+    CHECK_THROWS_WITH(exchange.finish(),
+                      Contains("parameter 'b' got no gradient in this step"));
 }

@@ -213,10 +213,17 @@ TcpGroup::~TcpGroup() {
 }
 
 void TcpGroup::send_all(int fd, const void* data, std::size_t n, const char* what) {
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(timeout_s_));
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
-        const ssize_t sent = ::send(fd, p, n, MSG_NOSIGNAL);
-        if (sent < 0 && errno == EINTR) continue;
+        // A rank that hangs without reading fills the connection; bounded like a receive.
+        FG_CHECK(wait_for(fd, POLLOUT, deadline), "distributed", "rank ", env_.rank, " waited ",
+                 timeout_s_, " s to send ", what, ", which nobody read (did another rank hang?)");
+        // Without blocking: a send blocks until all of a large buffer is read otherwise.
+        const ssize_t sent = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
         FG_CHECK(sent > 0, "distributed", "rank ", env_.rank, " could not send ", what, ": ",
                  sent < 0 ? last_error() : std::string("connection closed"),
                  " (did another rank stop?)");

@@ -145,7 +145,8 @@ private:
 // CUDA ranks: NCCL on the communicator's stream; host sums over TCP.
 class NcclCollectives final : public Collectives {
 public:
-    NcclCollectives(void* communicator, TcpGroup& group) : comm_(communicator), group_(group) {}
+    NcclCollectives(void* communicator, TcpGroup& group, double timeout_s)
+        : comm_(communicator), group_(group), timeout_s_(timeout_s) {}
     void all_reduce_sum(void* data, std::size_t n, DType type) override {
         cuda().nccl_all_reduce_sum(comm_, data, n, scalar(type));
     }
@@ -155,7 +156,9 @@ public:
     void all_gather(const float* in, float* out, std::size_t n) override {
         cuda().nccl_all_gather(comm_, in, out, n, kernels::ScalarType::f32);
     }
-    void wait() override { cuda().nccl_join(comm_); }
+    // The host waits here (bounded, NCCL's errors checked): a rank that stopped must not leave
+    // the others blocked in a later synchronisation with no deadline.
+    void wait() override { cuda().nccl_synchronize(comm_, timeout_s_); }
     void sum_on_host(double* values, std::size_t n) override { group_.all_reduce_sum(values, n); }
 
 private:
@@ -165,6 +168,7 @@ private:
     }
     void* comm_;
     TcpGroup& group_;
+    double timeout_s_;
 };
 
 }  // namespace
@@ -173,8 +177,9 @@ std::unique_ptr<Collectives> tcp_collectives(TcpGroup& group) {
     return std::make_unique<TcpCollectives>(group);
 }
 
-std::unique_ptr<Collectives> nccl_collectives(void* communicator, TcpGroup& group) {
-    return std::make_unique<NcclCollectives>(communicator, group);
+std::unique_ptr<Collectives> nccl_collectives(void* communicator, TcpGroup& group,
+                                              double timeout_s) {
+    return std::make_unique<NcclCollectives>(communicator, group, timeout_s);
 }
 
 GradientExchange::GradientExchange(std::vector<NamedParam> params, Collectives& comm, int rank,
@@ -228,8 +233,17 @@ std::size_t GradientExchange::buffer_bytes() const {
     return bytes;
 }
 
+void GradientExchange::install_hooks() {
+    // Set at every step: loading a checkpoint replaces the parameters' tensors, hooks and all.
+    for (std::size_t i = 0; i < params_.size(); ++i)
+        params_[i].param->set_post_accumulate_grad_hook([this, i] { on_gradient(i); });
+}
+
 void GradientExchange::attach_gradients() {
     NoGradGuard no_grad;
+    install_hooks();
+    attached_ = true;
+    received_.assign(params_.size(), false);
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];
         set_zero(flat_[b]);
@@ -241,9 +255,7 @@ void GradientExchange::attach_gradients() {
 }
 
 void GradientExchange::arm() {
-    // Set at every arm: loading a checkpoint replaces the parameters' tensors, hooks and all.
-    for (std::size_t i = 0; i < params_.size(); ++i)
-        params_[i].param->set_post_accumulate_grad_hook([this, i] { on_gradient(i); });
+    install_hooks();
     armed_ = true;
     started_ = started_early_ = 0;
     for (std::size_t b = 0; b < layout_.size(); ++b)
@@ -251,6 +263,7 @@ void GradientExchange::arm() {
 }
 
 void GradientExchange::on_gradient(std::size_t param) {
+    if (attached_) received_[param] = true;
     if (!armed_) return;  // an earlier micro-batch: its gradients are not final
     const std::size_t b = bucket_of_[param];
     FG_ASSERT(pending_[b] > 0, "parameter '", params_[param].name,
@@ -292,6 +305,15 @@ void GradientExchange::start(std::size_t b) {
 
 void GradientExchange::finish() {
     NoGradGuard no_grad;
+    if (attached_) {
+        // The attached gradients all exist (zeros): whether a backward reached each one is in
+        // received_. Checked before anything is sent, the same on every rank.
+        attached_ = false;
+        for (std::size_t i = 0; i < params_.size(); ++i)
+            FG_CHECK(received_[i], "train", "rank ", rank_, ": parameter '", params_[i].name,
+                     "' got no gradient in this step: data-parallel training sums every "
+                     "parameter's gradient over the ranks, so each must take part in the loss");
+    }
     if (!armed_) started_ = 0;
     while (started_ < layout_.size()) start(started_++);
     armed_ = false;
@@ -332,10 +354,9 @@ GradNorm GradientExchange::grad_norm(double max_norm) {
     return GradNorm{Tensor::full({}, norm, type, device_), Tensor::full({}, coef, type, device_)};
 }
 
-void GradientExchange::gather(const std::vector<Tensor*>& values, const Tensor* mine) {
+void GradientExchange::gather_into_buckets(const std::vector<Tensor*>* values,
+                                           const Tensor* mine) {
     NoGradGuard no_grad;
-    FG_CHECK(values.size() == params_.size(), "grad_exchange", "gather: ", values.size(),
-             " tensors for ", params_.size(), " parameters");
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];
         const std::int64_t own = static_cast<std::int64_t>(rank_) * l.shard;
@@ -344,13 +365,19 @@ void GradientExchange::gather(const std::vector<Tensor*>& values, const Tensor* 
         } else {
             for (const ShardPiece& piece : shard_pieces(l, rank_))
                 copy_values(flat_[b], own + piece.shard_offset,
-                            *values[static_cast<std::size_t>(piece.param)], piece.param_offset,
+                            *(*values)[static_cast<std::size_t>(piece.param)], piece.param_offset,
                             piece.count);
         }
         comm_.all_gather(flat_[b].data<float>() + own, flat_[b].data<float>(),
                          static_cast<std::size_t>(l.shard));
     }
     comm_.wait();
+}
+
+void GradientExchange::gather(const std::vector<Tensor*>& values) {
+    FG_CHECK(values.size() == params_.size(), "grad_exchange", "gather: ", values.size(),
+             " tensors for ", params_.size(), " parameters");
+    gather_into_buckets(&values, nullptr);
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];
         for (std::size_t k = 0; k < l.params.size(); ++k) {
@@ -358,6 +385,25 @@ void GradientExchange::gather(const std::vector<Tensor*>& values, const Tensor* 
             copy_values(t, 0, flat_[b], l.offsets[k], t.numel());
         }
     }
+}
+
+std::vector<Tensor> GradientExchange::gather_on_host(const Tensor& mine, bool keep) {
+    NoGradGuard no_grad;
+    gather_into_buckets(nullptr, &mine);
+    std::vector<Tensor> whole;
+    if (!keep) return whole;
+    whole.resize(params_.size());
+    for (std::size_t b = 0; b < layout_.size(); ++b) {
+        const BucketLayout& l = layout_[b];
+        for (std::size_t k = 0; k < l.params.size(); ++k) {
+            const Tensor& p = *params_[static_cast<std::size_t>(l.params[k])].param;
+            const Tensor view = flat_[b].slice(l.offsets[k], l.offsets[k] + p.numel());
+            // A copy of its own: the buckets are reused by the next gather.
+            whole[static_cast<std::size_t>(l.params[k])] =
+                (view.is_cuda() ? view.to(Device::cpu) : view.clone()).reshape(p.shape());
+        }
+    }
+    return whole;
 }
 
 ShardedAdamW::ShardedAdamW(std::vector<NamedParam> params, const AdamWOptions& options,
@@ -407,33 +453,43 @@ std::vector<std::pair<std::string, Tensor*>> ShardedAdamW::named_state() {
     return out;
 }
 
-void ShardedAdamW::materialize_state() {
-    std::vector<Tensor*> m, v;
+void ShardedAdamW::gather_state() {
+    const bool keep = exchange_.rank() == 0;
+    m_whole_ = exchange_.gather_on_host(m_, keep);
+    v_whole_ = exchange_.gather_on_host(v_, keep);
+    m_whole_.resize(params_.size());  // undefined where not kept
+    v_whole_.resize(params_.size());
+    loading_ = false;
+}
+
+void ShardedAdamW::prepare_state_load() {
     for (std::size_t i = 0; i < params_.size(); ++i) {
-        const Tensor& p = *params_[i].param;
-        m_whole_[i] = Tensor::zeros(p.shape(), DType::f32, p.device());
-        v_whole_[i] = Tensor::zeros(p.shape(), DType::f32, p.device());
-        m.push_back(&m_whole_[i]);
-        v.push_back(&v_whole_[i]);
+        m_whole_[i] = Tensor::zeros(params_[i].param->shape(), DType::f32, Device::cpu);
+        v_whole_[i] = Tensor::zeros(params_[i].param->shape(), DType::f32, Device::cpu);
     }
-    exchange_.gather(m, &m_);
-    exchange_.gather(v, &v_);
+    loading_ = true;
 }
 
 void ShardedAdamW::shard_state() {
     NoGradGuard no_grad;
-    for (std::size_t b = 0; b < exchange_.bucket_count(); ++b) {
-        const std::int64_t base = exchange_.shard_offset(b);
-        for (const ShardPiece& piece : shard_pieces(exchange_.bucket(b), exchange_.rank())) {
-            const std::size_t i = static_cast<std::size_t>(piece.param);
-            if (!m_whole_[i].defined() || !v_whole_[i].defined()) continue;
-            // A loaded moment may have come to the parameters' device as a new tensor.
-            copy_values(m_, base + piece.shard_offset, m_whole_[i].to(m_.device()),
-                        piece.param_offset, piece.count);
-            copy_values(v_, base + piece.shard_offset, v_whole_[i].to(v_.device()),
-                        piece.param_offset, piece.count);
+    if (loading_) {
+        // This rank's pieces of the loaded moments, each moved to the device on its own.
+        for (std::size_t b = 0; b < exchange_.bucket_count(); ++b) {
+            const std::int64_t base = exchange_.shard_offset(b);
+            for (const ShardPiece& piece : shard_pieces(exchange_.bucket(b), exchange_.rank())) {
+                const std::size_t i = static_cast<std::size_t>(piece.param);
+                for (auto [whole, mine] : {std::pair<Tensor*, Tensor*>{&m_whole_[i], &m_},
+                                           std::pair<Tensor*, Tensor*>{&v_whole_[i], &v_}}) {
+                    const Tensor part = whole->reshape({whole->numel()})
+                                            .slice(piece.param_offset,
+                                                   piece.param_offset + piece.count)
+                                            .to(mine->device());
+                    copy_values(*mine, base + piece.shard_offset, part, 0, piece.count);
+                }
+            }
         }
     }
+    loading_ = false;
     for (Tensor& t : m_whole_) t = Tensor();
     for (Tensor& t : v_whole_) t = Tensor();
 }

@@ -42,8 +42,7 @@ public:
     virtual void reduce_scatter_sum(const void* in, void* out, std::size_t n, DType type) = 0;
     // `out`: every rank's n f32 values, in rank order; `in` may be this rank's slice of `out`.
     virtual void all_gather(const float* in, float* out, std::size_t n) = 0;
-    // Returns once the calls queued so far are done (CPU), or has fusegrad's stream wait for them
-    // (CUDA); rethrows the first failure.
+    // Returns once the calls queued so far are done; rethrows the first failure.
     virtual void wait() = 0;
     // Host values summed over the ranks at once (blocking, in rank order: every rank gets the
     // same bits), after wait().
@@ -53,8 +52,10 @@ public:
 // nobody else may use it between a queued call and wait().
 std::unique_ptr<Collectives> tcp_collectives(TcpGroup& group);
 // CUDA ranks: NCCL's collectives on the communicator's stream (kernels/nccl.h); host sums over
-// the TCP group.
-std::unique_ptr<Collectives> nccl_collectives(void* communicator, TcpGroup& group);
+// the TCP group. wait() returns when the collectives are done, and gives up on them (an error,
+// the communicator aborted) when NCCL reports one or after timeout_s.
+std::unique_ptr<Collectives> nccl_collectives(void* communicator, TcpGroup& group,
+                                              double timeout_s);
 
 class GradientExchange {
 public:
@@ -78,8 +79,9 @@ public:
     void arm();
     // Starts the buckets not started yet (all of them without arm()), waits for the sums and
     // leaves the gradients averaged over the ranks: without ZeRO in every parameter's grad();
-    // with ZeRO in shard_grads(), the parameters' gradients dropped. A parameter without a
-    // gradient is an error naming it.
+    // with ZeRO in shard_grads(), the parameters' gradients dropped. A parameter no backward of
+    // the step reached is an error naming it (one process's AdamW would skip it; the ranks
+    // cannot know that another rank's did not).
     void finish();
 
     bool zero() const { return zero_; }
@@ -105,16 +107,19 @@ public:
     // The gradients' global norm and clip factor (grad_norm's), from this rank's slices and the
     // other ranks' sums of squares.
     GradNorm grad_norm(double max_norm);
-    // Every rank's slices of `values` (laid out as the parameters: one tensor a parameter, or
-    // this rank's values at `mine`, laid out as shard_grads) into every rank's `values`: after
-    // the update (the parameters), and for a checkpoint (AdamW's moments, gathered whole).
-    void gather(const std::vector<Tensor*>& values, const Tensor* mine = nullptr);
+    // Every rank's updated slices of the parameters (`values`, one tensor a parameter) into
+    // every rank's `values`: after ZeRO-1's update.
+    void gather(const std::vector<Tensor*>& values);
+    // Every rank's slice of `mine` (laid out as shard_grads), whole, one host tensor a parameter,
+    // where `keep` (the rank that saves a checkpoint; the others only send theirs: empty).
+    std::vector<Tensor> gather_on_host(const Tensor& mine, bool keep);
 
 private:
+    void install_hooks();
     void on_gradient(std::size_t param);
     void start(std::size_t bucket);
-    void pack(std::size_t bucket, const std::vector<Tensor*>& values, Tensor& flat) const;
-    void unpack(std::size_t bucket, const Tensor& flat, const std::vector<Tensor*>& values) const;
+    // Every rank's slices into the buckets, this rank's from `values` or `mine`; then waits.
+    void gather_into_buckets(const std::vector<Tensor*>* values, const Tensor* mine);
 
     std::vector<NamedParam> params_;
     Collectives& comm_;
@@ -125,6 +130,8 @@ private:
     std::vector<BucketLayout> layout_;
     std::vector<std::size_t> bucket_of_;    // the bucket of each parameter
     std::vector<int> pending_;              // per bucket: gradients not final yet
+    std::vector<bool> received_;            // per parameter: a gradient came this step
+    bool attached_ = false;                 // attach_gradients ran this step
     std::vector<Tensor> flat_;              // per bucket: the packed gradients (padded)
     std::vector<std::int64_t> shard_offsets_;
     std::int64_t shard_numel_ = 0;
@@ -139,19 +146,21 @@ private:
 // AdamW (optim.h's arithmetic) for ZeRO-1: the moments of this rank's slices only (1 / world_size
 // of AdamW's), the update of those values of the parameters from the exchange's shard_grads(),
 // then the updated values gathered into every rank's parameters. For a checkpoint the moments are
-// gathered whole (materialize_state) and saved as AdamW saves them, so a run resumes with any
-// number of ranks, with or without ZeRO.
+// gathered whole on rank 0's host (gather_state) and saved as AdamW saves them, so a run resumes
+// with any number of ranks, with or without ZeRO; a resume loads them on the host and keeps each
+// rank's slice (prepare_state_load, shard_state).
 class ShardedAdamW final : public Optimizer {
 public:
     ShardedAdamW(std::vector<NamedParam> params, const AdamWOptions& options,
                  GradientExchange& exchange);
     using Optimizer::step;
     void step(double lr, const Tensor& grad_scale) override;
-    // The whole moments, as AdamW names them: defined between materialize_state() and
-    // shard_state().
+    // The whole moments, as AdamW names them, on the host: defined after gather_state() (on
+    // rank 0) or prepare_state_load(), until shard_state().
     std::vector<std::pair<std::string, Tensor*>> named_state() override;
     const char* name() const override { return "adamw"; }
-    void materialize_state() override;
+    void gather_state() override;
+    void prepare_state_load() override;
     void shard_state() override;
     std::size_t state_bytes() override { return m_.nbytes() + v_.nbytes(); }
 
@@ -160,7 +169,8 @@ private:
     GradientExchange& exchange_;
     Tensor m_, v_;  // this rank's slices, laid out as the exchange's shard_grads
     std::vector<bool> decay_;
-    std::vector<Tensor> m_whole_, v_whole_;  // one a parameter, while materialized
+    std::vector<Tensor> m_whole_, v_whole_;  // one a parameter, on the host, around a checkpoint
+    bool loading_ = false;                   // m_whole_ / v_whole_ are to be loaded into
 };
 
 }  // namespace fg

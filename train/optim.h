@@ -38,10 +38,13 @@ public:
     // undefined until the first step (SGD's momentum buffer).
     virtual std::vector<std::pair<std::string, Tensor*>> named_state() = 0;
     virtual const char* name() const = 0;
-    // For an optimizer whose state is split across ranks (ShardedAdamW, train/grad_exchange.h):
-    // materialize_state() gathers it whole, so that named_state() can be saved or loaded into
-    // (every rank calls it), and shard_state() keeps this rank's part of it again. Others: no-ops.
-    virtual void materialize_state() {}
+    // For an optimizer whose state is split across ranks (ShardedAdamW, train/grad_exchange.h),
+    // around a checkpoint; no-ops for the others. gather_state() (every rank calls it) makes
+    // named_state() the whole state, on the host of the rank that saves (rank 0); to load,
+    // prepare_state_load() makes it whole host tensors to load into; shard_state() then keeps
+    // this rank's part of what was loaded, and frees the whole copies.
+    virtual void gather_state() {}
+    virtual void prepare_state_load() {}
     virtual void shard_state() {}
     // The bytes of state this process keeps (its slice, when split).
     virtual std::size_t state_bytes();

@@ -281,7 +281,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     configure_kernels(*model_, c);  // a resume's kernels.* too: the config it was given
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
     if (group_) {
-        collectives_ = nccl_ ? nccl_collectives(nccl_.get(), *group_) : tcp_collectives(*group_);
+        collectives_ = nccl_ ? nccl_collectives(nccl_.get(), *group_, kRanksTimeoutSeconds)
+                             : tcp_collectives(*group_);
         exchange_ = std::make_unique<GradientExchange>(params_, *collectives_, dist_.rank,
                                                        dist_.world_size, c.train.zero == 1,
                                                        static_cast<std::size_t>(
@@ -471,7 +472,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
                  dtype_name(t->dtype()), ", the master weights are f32");
         assign(*p, *t, name, model_path, device_);
     }
-    opt_->materialize_state();  // ZeRO-1: the whole state to load into (every rank loads)
+    opt_->prepare_state_load();  // ZeRO-1: whole host tensors to load into (every rank loads)
     for (auto& [name, t] : opt_->named_state()) {
         const Tensor* s = state.find(name);
         // AdamW's moments exist from the start and must all be there; SGD's momentum buffers
@@ -481,7 +482,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
         if (s) {
             FG_CHECK(s->dtype() == DType::f32, "resume", "'", state_path, "': '", name, "' is ",
                      dtype_name(s->dtype()), ", not f32");
-            assign(*t, *s, name, state_path, device_);
+            assign(*t, *s, name, state_path, t->defined() ? t->device() : device_);
         }
     }
     opt_->shard_state();
@@ -501,10 +502,9 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
 }
 
 void Trainer::save_checkpoint() {
-    // ZeRO-1: every rank sends its slice of AdamW's state, which is saved whole (so that the
-    // checkpoint resumes with any number of ranks, with or without ZeRO); then each keeps its
-    // slice again.
-    opt_->materialize_state();
+    // ZeRO-1: every rank sends its slice of AdamW's state, which rank 0 saves whole (so that the
+    // checkpoint resumes with any number of ranks, with or without ZeRO).
+    opt_->gather_state();
     try {
         write_checkpoint();
     } catch (...) {
