@@ -223,9 +223,11 @@ def main():
                             r["fwd_gbs"], r["fwdbwd_gbs"], r["err"])
                     print("%-13s %-9s %-8s %11s  %s" % (r["impl"], kind, r["dtype"], r["shape"],
                                                         line), flush=True)
+                out["timer_lead_cycles"], out["timer_host_bound_reps"] = timer.lead, timer.host_bound
                 with open(args.json, "w") as f:  # after every case: a time limit loses little
                     json.dump(out, f, indent=1)
-    print("%.0f s; wrote %s\n" % (time.time() - start, args.json))
+    print("%.0f s; wrote %s; the GPU spun %d cycles before each timed region, %d repetitions were"
+          " still host-bound\n" % (time.time() - start, args.json, timer.lead, timer.host_bound))
     print(table(out))
 
 
