@@ -15,7 +15,9 @@
 #   9. a ZeRO-1 checkpoint (AdamW's state gathered whole) resumes on one process and on two
 #      ranks with ZeRO as one process's checkpoint resumes;
 #  10. bf16 training exchanges bf16 sums, with and without ZeRO-1: one process's losses within
-#      bf16's own distance from fp32.
+#      bf16's own distance from fp32;
+#  11. a non-finite loss or gradient norm stops both ranks with the same message; ranks started with
+#      different configs stop at once, the differing one naming the keys.
 set -euo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -210,6 +212,28 @@ for zero in 0 1; do
                "(bf16 against fp32: $noise)"; exit 1; }
 done
 
+# 11. Failures on every rank at once: a non-finite loss or norm stops both ranks before the
+# update with the same message; ranks started with different configs stop at once, the one that
+# differs naming the keys (instead of exchanging buckets of different sizes until the timeout).
+"$bin" train configs/addition.yaml "${sets[@]}" --set optim.lr=1e9 --set optim.warmup_steps=0 \
+    --set optim.grad_clip=0 --ranks 2 --set train.out_dir="$work/nan" > "$work/nan.log" 2>&1 &&
+    { echo "a non-finite norm did not stop the ranks"; exit 1; }
+[ "$(grep -cE "the (training loss|gradient norm) at step [0-9]+ is .*nan.*stopped before updating" \
+       "$work/nan.log")" = 2 ] ||
+    { cat "$work/nan.log"; exit 1; }
+port=$((port + 2))
+WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml "${sets[@]}" \
+    --set model.n_embd=64 --set train.out_dir="$work/mixed" > "$work/mixed1.log" 2>&1 &
+rank1=$!
+start=$SECONDS
+WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml "${sets[@]}" \
+    --set train.out_dir="$work/mixed" > "$work/mixed0.log" 2>&1 && { echo "rank 0 ran"; exit 1; }
+wait $rank1 && { echo "rank 1 ran with another config"; exit 1; }
+[ $((SECONDS - start)) -le 10 ] || { echo "mismatched configs took $((SECONDS - start)) s to stop"; exit 1; }
+grep -q "rank 1's config differs from rank 0's: model.n_embd (32 -> 64)" "$work/mixed1.log" ||
+    { cat "$work/mixed1.log"; exit 1; }
+grep -q "1 rank(s) run another config than rank 0" "$work/mixed0.log" || { cat "$work/mixed0.log"; exit 1; }
+
 # A launch inside a launch is refused.
 out=$(WORLD_SIZE=2 "$bin" train configs/addition.yaml --ranks 2 2>&1) && exit 1
 grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<< "$out" ||
@@ -218,4 +242,5 @@ grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<
 echo "two CPU ranks: the same losses as one process, identical weights, rank 0 alone writes;" \
      "a killed rank stops the other in $stopped_in s; --ranks 2 the same; SIGTERM stops both;" \
      "a one-process checkpoint resumes on two ranks; ZeRO-1 and overlapped buckets the same;" \
-     "a ZeRO-1 checkpoint resumes on one process and on two ranks; bf16 sums within bf16 noise"
+     "a ZeRO-1 checkpoint resumes on one process and on two ranks; bf16 sums within bf16 noise;" \
+     "a NaN stops both ranks; different configs are refused by name"

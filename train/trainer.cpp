@@ -231,6 +231,31 @@ std::ostream& rank_log(std::ostream& log) {
     return distributed_env().rank == 0 ? log : nowhere;
 }
 
+// Every rank must run the same config (the same model, batch, data and schedule): ranks that
+// differ would exchange buckets of different sizes and wait for each other until the timeout.
+// Rank 0's resolved config goes to the others; a rank whose own differs names the keys, and
+// every rank stops.
+void check_same_config(TcpGroup& group, const Config& c) {
+    const std::string mine = dump_config(c);
+    const std::vector<std::uint8_t> sent =
+        group.broadcast(std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    const std::string theirs(sent.begin(), sent.end());
+    std::string differences;
+    if (theirs != mine) {
+        for (const std::string& key : changed_keys(parse_config(theirs, "rank 0's config"), c))
+            differences += (differences.empty() ? "" : ", ") + key;
+        if (differences.empty()) differences = "(the same values, written differently)";
+    }
+    double differing = differences.empty() ? 0.0 : 1.0;
+    group.all_reduce_sum(&differing, 1);
+    FG_CHECK(differences.empty(), "distributed", "rank ", group.rank(),
+             "'s config differs from rank 0's: ", differences,
+             " (rank 0's -> this rank's); every rank must be started with the same config");
+    FG_CHECK(differing == 0.0, "distributed", static_cast<int>(differing), " rank(s) run another ",
+             "config than rank 0 (their errors name the keys); every rank must be started with "
+             "the same config");
+}
+
 // How long ranks wait for each other: to meet, and at every exchange. A rank that stops closes
 // its connections, so the others hear of it at once; this bounds a rank that hangs.
 constexpr double kRanksTimeoutSeconds = 600.0;
@@ -254,6 +279,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
                  c.train.batch_size, ") must be a multiple of WORLD_SIZE (", dist_.world_size,
                  "): each rank takes an equal share of every batch");
         group_ = std::make_unique<TcpGroup>(dist_, kRanksTimeoutSeconds);
+        check_same_config(*group_, c);
         if (device_ == Device::cuda) {
             // Rank 0 makes NCCL's id, the TCP group hands it to the others, and every rank
             // joins the communicator.
