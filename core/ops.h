@@ -89,6 +89,16 @@ struct AttentionOptions {
 // (T, T) size exists at all, and the output is saved too (its backward needs it).
 Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training = true,
                         const AttentionOptions& options = {});
+// The same from the layout a fused QKV projection writes and to the one the output projection
+// reads: qkv (B, T, 3 C) with C = heads * D (q, then k, then v, each with its heads side by
+// side), returns (B, T, C). cuDNN reads and writes these layouts where they are (strides), so
+// nothing is permuted; elsewhere this is causal_attention between the permutes to and from
+// (3, B, H, T, D), with the same result and the same dropout draws.
+Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropout_p,
+                             bool training = true, const AttentionOptions& options = {});
+// Why causal_self_attention's cuDNN call on the packed layouts failed once (after which it runs
+// cuDNN between permutes), or "" while it has not.
+std::string packed_cudnn_attention_failure();
 // Why cuDNN's fused attention cannot run on a qkv on `device` of `dtype` with head size
 // `head_dim`, or "" when it can (which asks the GPU, and starts cuDNN, the first time).
 std::string cudnn_attention_unsupported(Device device, DType dtype, std::int64_t head_dim);

@@ -105,11 +105,12 @@ std::uint32_t bits(float f) {
 // What makes two calls need different graphs (pointers and seeds are bound at execution).
 struct GraphKey {
     int type;
-    long long b, h, t, d, stride_b, stride_h, stride_t;
+    long long b, h, t, d, stride_b, stride_h, stride_t, out_stride_b, out_stride_h, out_stride_t;
     std::uint32_t scale, p;
     bool stats, backward;
     auto tied() const {
-        return std::tie(type, b, h, t, d, stride_b, stride_h, stride_t, scale, p, stats, backward);
+        return std::tie(type, b, h, t, d, stride_b, stride_h, stride_t, out_stride_b,
+                        out_stride_h, out_stride_t, scale, p, stats, backward);
     }
     bool operator<(const GraphKey& o) const { return tied() < o.tied(); }
 };
@@ -132,9 +133,10 @@ std::vector<std::int64_t> dims(const CudnnAttentionArgs& a) {
 std::vector<std::int64_t> qkv_strides(const CudnnAttentionArgs& a) {
     return {a.stride_b, a.stride_h, a.stride_t, 1};
 }
-// O and dO: contiguous (B, H, T, D).
+// O and dO: the call's strides, or contiguous (B, H, T, D) where it gives none.
 std::vector<std::int64_t> out_strides(const CudnnAttentionArgs& a) {
-    return {a.h * a.t * a.d, a.t * a.d, a.d, 1};
+    if (a.out_stride_b == 0) return {a.h * a.t * a.d, a.t * a.d, a.d, 1};
+    return {a.out_stride_b, a.out_stride_h, a.out_stride_t, 1};
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name, Uid uid,
@@ -223,7 +225,9 @@ std::string describe_call(const CudnnAttentionArgs& a, bool backward) {
     return std::string(backward ? "backward" : "forward") + " of (B, H, T, D) = (" +
            std::to_string(a.b) + ", " + std::to_string(a.h) + ", " + std::to_string(a.t) + ", " +
            std::to_string(a.d) + "), " + (a.type == ScalarType::f16 ? "f16" : "bf16") +
-           ", dropout " + std::to_string(a.p);
+           ", dropout " + std::to_string(a.p) +
+           (a.out_stride_b != 0 ? ", q k v and O strided in (B, T, 3, H, D) and (B, T, H, D)"
+                                : "");
 }
 
 // Steps 1 and 2, once per key.
@@ -240,6 +244,9 @@ const BuiltGraph& graph_for(const CudnnAttentionArgs& a, bool backward) {
                        a.stride_b,
                        a.stride_h,
                        a.stride_t,
+                       a.out_stride_b,
+                       a.out_stride_h,
+                       a.out_stride_t,
                        bits(a.scale),
                        bits(a.p),
                        backward || a.stats != nullptr,

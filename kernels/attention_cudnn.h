@@ -45,7 +45,10 @@ namespace fg::kernels {
 struct CudnnAttentionArgs {
     ScalarType type = ScalarType::bf16;  // q, k, v, out, dout, dq, dk, dv: bf16 or f16
     long long b = 0, h = 0, t = 0, d = 0;
-    long long stride_b = 0, stride_h = 0, stride_t = 0;
+    long long stride_b = 0, stride_h = 0, stride_t = 0;  // of q, k, v (and dq, dk, dv)
+    // Of O and dO: 0 for contiguous (B, H, T, D); (T H D, D, H D) for the heads side by side in
+    // (B, T, H D), as the output projection reads them.
+    long long out_stride_b = 0, out_stride_h = 0, out_stride_t = 0;
     float scale = 1.0f;                  // s
     float p = 0.0f;                      // dropout probability on P, in [0, 1)
     std::uint64_t seed = 0, offset = 0;  // the dropout's Philox stream; the backward needs the same

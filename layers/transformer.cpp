@@ -36,13 +36,11 @@ CausalSelfAttention::CausalSelfAttention(const TransformerConfig& cfg, Generator
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
     FG_CHECK(x.defined() && x.dim() == 3, "attention", "expects (B, T, C), got ",
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
-    const std::int64_t b = x.size(0), t = x.size(1), c = x.size(2), h = n_head_, d = c / h;
-    // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v are rows 0, 1, 2 of dim 0.
-    Tensor qkv = permute(c_attn.forward(x).reshape({b, t, 3, h, d}), {2, 0, 3, 1, 4});
-    // softmax(q k^T / sqrt(D), causal) with dropout, times v: one op that keeps no (T, T) tensor.
+    // softmax(q k^T / sqrt(D), causal) with dropout, times v, for every head: one op that keeps
+    // no (T, T) tensor, from c_attn's (B, T, 3C) to the (B, T, C) c_proj reads.
     AttentionOptions options;
     options.backend = backend_;
-    Tensor y = merge_heads(causal_attention(qkv, dropout_, training(), options));  // (B, H, T, D) -> (B, T, C)
+    Tensor y = causal_self_attention(c_attn.forward(x), n_head_, dropout_, training(), options);
     return dropout(c_proj.forward(y), dropout_, training());
 }
 

@@ -252,6 +252,40 @@ TEST_CASE("causal_attention: gradients by finite differences, T = 1 and longer",
     }
 }
 
+TEST_CASE("causal_self_attention from (B, T, 3C) to (B, T, C) is causal_attention between the "
+          "heads' permutes", "[ops][grad]") {
+    const std::int64_t b = 2, t = 5, h = 3, d = 4, c = h * d;
+    for (double p : {0.0, 0.25}) {
+        INFO("dropout " << p);
+        Tensor packed = random_f64({b, t, 3 * c});
+        default_generator().set_state(7, 3);
+        Tensor y = causal_self_attention(packed, h, p);
+        REQUIRE(y.shape() == Shape{b, t, c});
+        Tensor w = random_f64(y.shape(), false);
+        sum(mul(y, w)).backward();
+        const Tensor packed_grad = packed.grad();
+        packed.zero_grad();
+        // Column k of a token's row is q (k < C), k (C <= k < 2C) or v; head k / D of it.
+        default_generator().set_state(7, 3);  // the same dropout counters
+        Tensor heads = permute(packed.reshape({b, t, 3, h, d}), {2, 0, 3, 1, 4});
+        Tensor ref = merge_heads(causal_attention(heads, p));
+        sum(mul(ref, w)).backward();
+        CHECK(test::max_abs_diff(y.to_vector<double>(), ref.to_vector<double>()) == 0.0);
+        CHECK(test::max_abs_diff(packed_grad.to_vector<double>(),
+                                 packed.grad().to_vector<double>()) == 0.0);
+    }
+    check_gradients([](auto& in) {
+        default_generator().set_state(3, 0);
+        return causal_self_attention(in[0], 2, 0.3);
+    }, {random_f64({1, 4, 3 * 2 * 3})});
+    using Catch::Matchers::Contains;
+    REQUIRE_THROWS_WITH(causal_self_attention(random_f64({2, 4, 10}), 2, 0.0),
+                        Contains("[causal_self_attention] qkv must be (B, T, 3 C), got (2, 4, 10)"));
+    REQUIRE_THROWS_WITH(causal_self_attention(random_f64({2, 4, 12}), 3, 0.0),
+                        Contains("[causal_self_attention] C = 4 is not divisible by 3 heads"));
+    CHECK(packed_cudnn_attention_failure().empty());
+}
+
 TEST_CASE("causal_attention rejects bad input", "[ops][errors]") {
     using Catch::Matchers::Contains;
     REQUIRE_THROWS_WITH(causal_attention(random_f64({2, 1, 1, 4, 4}), 0.0),

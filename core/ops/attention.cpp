@@ -155,51 +155,78 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 // cuDNN would build (and compile) a graph for every new T. Besides the type and head size
 // (cudnn_attention_unsupported), a call needs 16-byte aligned data, and one that records a
 // backward T >= 2 (cuDNN's backward refuses T = 1).
-bool use_cudnn(const Tensor& qkv, AttentionBackend backend) {
+bool use_cudnn(const Tensor& qkv, std::int64_t t, std::int64_t d, AttentionBackend backend) {
     if (backend == AttentionBackend::fused || qkv.numel() == 0) return false;
     const bool backward = needs_grad({qkv});
     if (backend == AttentionBackend::automatic && !backward) return false;
-    std::string why = cudnn_attention_unsupported(qkv.device(), qkv.dtype(), qkv.size(4));
+    std::string why = cudnn_attention_unsupported(qkv.device(), qkv.dtype(), d);
     if (why.empty() && !aligned16(qkv.raw_data()))
         why = "qkv's data is not 16-byte aligned (a view at an odd offset)";
-    if (why.empty() && qkv.size(3) == 1 && backward)
+    if (why.empty() && t == 1 && backward)
         why = "cuDNN's backward takes sequences of T >= 2, not 1";
     FG_CHECK(why.empty() || backend != AttentionBackend::cudnn, "causal_attention",
              "the cudnn backend cannot run this call: ", why);
     return why.empty();
 }
 
-// q, k and v of a (3, B, H, T, D) qkv (and dq, dk, dv of its gradient, which has the same layout),
-// with what both cuDNN calls share.
-kernels::CudnnAttentionArgs cudnn_args(const Tensor& qkv, const AttentionShape& a) {
+// Where q, k and v sit in a qkv tensor (and dq, dk, dv in its gradient, laid out the same), and
+// how the output (and its gradient) is laid out: what cuDNN is told with strides.
+struct CudnnLayout {
+    std::int64_t b, h;
+    std::int64_t k_at, v_at;                    // elements from q's first (q at 0)
+    std::int64_t stride_b, stride_h, stride_t;  // of q, k and v
+    Shape out_shape;
+    std::int64_t out_stride_b = 0, out_stride_h = 0, out_stride_t = 0;  // 0: contiguous
+};
+
+// qkv (3, B, H, T, D) -> out (B, H, T, D), both contiguous.
+CudnnLayout heads_layout(const Tensor& qkv, const AttentionShape& a) {
+    const std::int64_t b = qkv.size(1), h = qkv.size(2);
+    return {b, h, a.qkv_stride(), 2 * a.qkv_stride(), h * a.t * a.d, a.t * a.d, a.d,
+            {b, h, a.t, a.d}};
+}
+
+// qkv (B, T, 3, H, D) -> out (B, T, H, D): a row of qkv is the token's q, k and v, each with
+// its heads side by side, and a row of out the token's heads side by side.
+CudnnLayout packed_layout(std::int64_t b, std::int64_t h, const AttentionShape& a) {
+    const std::int64_t c = h * a.d;
+    return {b, h, c, 2 * c, a.t * 3 * c, a.d, 3 * c, {b, a.t, c}, a.t * c, a.d, c};
+}
+
+// What both cuDNN calls share.
+kernels::CudnnAttentionArgs cudnn_args(const Tensor& qkv, const AttentionShape& a,
+                                       const CudnnLayout& l) {
     kernels::CudnnAttentionArgs k;
     k.type = scalar_type(qkv.dtype());
-    k.b = qkv.size(1);
-    k.h = qkv.size(2);
+    k.b = l.b;
+    k.h = l.h;
     k.t = a.t;
     k.d = a.d;
-    k.stride_b = k.h * a.t * a.d;
-    k.stride_h = a.t * a.d;
-    k.stride_t = a.d;
+    k.stride_b = l.stride_b;
+    k.stride_h = l.stride_h;
+    k.stride_t = l.stride_t;
+    k.out_stride_b = l.out_stride_b;
+    k.out_stride_h = l.out_stride_h;
+    k.out_stride_t = l.out_stride_t;
     k.scale = a.scale;
     k.p = a.p;
     k.seed = a.seed;
     k.offset = a.offset;
     k.q = at(qkv, 0);
-    k.k = at(qkv, a.qkv_stride());
-    k.v = at(qkv, 2 * a.qkv_stride());
+    k.k = at(qkv, l.k_at);
+    k.v = at(qkv, l.v_at);
     return k;
 }
 
 // The forward by cuDNN, recording its backward (also cuDNN's).
-Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a) {
+Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a, const CudnnLayout& l) {
     const char* op = "causal_attention";
     const Device dev = qkv.device();
     CudaBackend& cuda = cuda_backend(op);
-    Tensor out = Tensor::empty({qkv.size(1), qkv.size(2), a.t, a.d}, qkv.dtype(), dev);
+    Tensor out = Tensor::empty(l.out_shape, qkv.dtype(), dev);
     // lse only when a backward can follow (the inference graph skips writing it).
     Tensor lse = needs_grad({qkv}) ? Tensor::empty({a.rows()}, DType::f32, dev) : Tensor();
-    kernels::CudnnAttentionArgs k = cudnn_args(qkv, a);
+    kernels::CudnnAttentionArgs k = cudnn_args(qkv, a, l);
     k.out = out.raw_data();
     k.stats = lse.defined() ? lse.data<float>() : nullptr;
     {
@@ -208,17 +235,17 @@ Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a) {
         cuda.cudnn_attention_forward(k);
     }
     Tensor saved = qkv.detach(), saved_out = out.detach();
-    auto backward = [saved, saved_out, lse, a](const Tensor& g) -> std::vector<Tensor> {
+    auto backward = [saved, saved_out, lse, a, l](const Tensor& g) -> std::vector<Tensor> {
         CudaBackend& cuda = cuda_backend("causal_attention");
         const Tensor dout = aligned16(g.raw_data()) ? g : g.clone();
         Tensor dqkv = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
-        kernels::CudnnAttentionArgs k = cudnn_args(saved, a);
+        kernels::CudnnAttentionArgs k = cudnn_args(saved, a, l);
         k.out = saved_out.raw_data();
         k.stats = lse.data<float>();
         k.dout = dout.raw_data();
         k.dq = at(dqkv, 0);
-        k.dk = at(dqkv, a.qkv_stride());
-        k.dv = at(dqkv, 2 * a.qkv_stride());
+        k.dk = at(dqkv, l.k_at);
+        k.dv = at(dqkv, l.v_at);
         Tensor workspace =
             scratch_bytes(saved.device(), cuda.cudnn_attention_workspace_bytes(k, true));
         k.workspace = workspace.raw_data();
@@ -226,6 +253,26 @@ Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a) {
         return {dqkv};
     };
     return record(op, {qkv}, out, backward);
+}
+
+// Why the packed layouts' cuDNN graph could not be built, once it could not (then every later
+// call takes the permutes).
+std::string& packed_failure() {
+    static std::string why;
+    return why;
+}
+
+// The attention's shape and dropout draw: the generator's counters move as for every backend.
+AttentionShape attention_shape(std::int64_t b, std::int64_t h, std::int64_t t, std::int64_t d,
+                               double dropout_p, bool training) {
+    AttentionShape a{b * h, t, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                     training ? static_cast<float>(dropout_p) : 0.0f, 0, 0};
+    if (a.p > 0.0f) {
+        Generator& gen = default_generator();
+        a.seed = gen.seed();
+        a.offset = gen.advance_aligned(static_cast<std::uint64_t>(a.rows() * t));
+    }
+    return a;
 }
 
 }  // namespace
@@ -261,15 +308,9 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training,
     FG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout p must be in [0, 1), got ", dropout_p);
     const std::int64_t b = qkv.size(1), h = qkv.size(2), t = qkv.size(3), d = qkv.size(4);
     FG_CHECK(t > 0 && d > 0, op, "qkv needs T >= 1 and D >= 1, got ", shape_str(qkv.shape()));
-    AttentionShape a{b * h, t, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-                     training ? static_cast<float>(dropout_p) : 0.0f, 0, 0};
-    const bool cudnn = use_cudnn(qkv, options.backend);  // before the generator moves
-    if (a.p > 0.0f) {
-        Generator& gen = default_generator();
-        a.seed = gen.seed();
-        a.offset = gen.advance_aligned(static_cast<std::uint64_t>(a.rows() * t));
-    }
-    if (cudnn) return cudnn_attention(qkv, a);
+    const bool cudnn = use_cudnn(qkv, t, d, options.backend);  // before the generator moves
+    const AttentionShape a = attention_shape(b, h, t, d, dropout_p, training);
+    if (cudnn) return cudnn_attention(qkv, a, heads_layout(qkv, a));
     const DType dt = qkv.dtype(), acc = accumulate_dtype(dt);
     const bool half = is_half(dt);
     Tensor out = Tensor::empty({b, h, t, d}, dt, qkv.device());
@@ -312,5 +353,45 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training,
         return {dqkv};
     });
 }
+
+Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropout_p,
+                             bool training, const AttentionOptions& options) {
+    const char* op = "causal_self_attention";
+    check_defined(op, qkv, "qkv");
+    FG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, op, "qkv must be (B, T, 3 C), got ",
+             shape_str(qkv.shape()));
+    const std::int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3;
+    FG_CHECK(heads > 0 && c % heads == 0, op, "C = ", c, " is not divisible by ", heads, " heads");
+    const std::int64_t h = heads, d = c / h;
+    // cuDNN on the layouts as they are, unless that failed once.
+    if (packed_failure().empty() && t > 0 && d > 0 && qkv.is_cuda() &&
+        (d * dtype_size(qkv.dtype())) % 16 == 0) {
+        check_arithmetic_dtype(op, qkv);
+        FG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout p must be in [0, 1), got ",
+                 dropout_p);
+        if (use_cudnn(qkv, t, d, options.backend)) {
+            // The graph is built (and checked by cuDNN) before the generator moves.
+            const AttentionShape probe = attention_shape(b, h, t, d, dropout_p, false);
+            kernels::CudnnAttentionArgs k = cudnn_args(qkv, probe, packed_layout(b, h, probe));
+            k.p = training ? static_cast<float>(dropout_p) : 0.0f;
+            static float stats_probe;  // for the graph only whether stats is null matters
+            k.stats = needs_grad({qkv}) ? &stats_probe : nullptr;
+            try {
+                cuda_backend(op).cudnn_attention_workspace_bytes(k, false);
+                if (needs_grad({qkv})) cuda_backend(op).cudnn_attention_workspace_bytes(k, true);
+            } catch (const std::exception& e) {
+                packed_failure() = e.what();
+            }
+            if (packed_failure().empty()) {
+                const AttentionShape a = attention_shape(b, h, t, d, dropout_p, training);
+                return cudnn_attention(qkv, a, packed_layout(b, h, a));
+            }
+        }
+    }
+    return merge_heads(causal_attention(permute(qkv.reshape({b, t, 3, h, d}), {2, 0, 3, 1, 4}),
+                                        dropout_p, training, options));
+}
+
+std::string packed_cudnn_attention_failure() { return packed_failure(); }
 
 }  // namespace fg

@@ -7,7 +7,8 @@
 // (seed, offset) giving the same mask (the same output bits) and another offset another mask; the
 // output and gradients against a float64 reference that applies the mask read off cuDNN; the
 // gradient against finite differences of the forward (f16). Then a bf16 GPT and a training run on
-// cuDNN's attention. Errors are printed in units u of the dtype's rounding (2^-8 bf16, 2^-11 f16).
+// cuDNN's attention, and its call on the packed (B, T, 3C) -> (B, T, C) layouts against the
+// permuted one. Errors are printed in units u of the dtype's rounding (2^-8 bf16, 2^-11 f16).
 //
 // A build without cuDNN passes every case at once (nothing to test). A build with cuDNN where it
 // does not work (it does not load, or this GPU cannot run it) fails, saying why.
@@ -209,6 +210,41 @@ TEST_CASE("auto runs cuDNN's attention where it can when training, the fused ker
         default_generator().set_state(5, 0);
         causal_attention(x.to(DType::bf16), 0.2, true, o);
         CHECK(default_generator().offset() == 2 * 3 * 40 * 40);
+    }
+}
+
+TEST_CASE("cuDNN reads and writes the packed layouts in place: causal_attention between permutes",
+          "[gpu][attention]") {
+    if (!cudnn_built()) return;
+    // causal_self_attention on c_attn's (B, T, 3C) and to c_proj's (B, T, C), with strides,
+    // against causal_attention on the permuted (3, B, H, T, D), both cuDNN's: the same mask (the
+    // same dropout counters), the same values up to cuDNN's own run-to-run differences (its dQ
+    // adds with atomics): well under one rounding, where a layout mistake gives tens of them.
+    for (DType dt : {DType::bf16, DType::f16}) {
+        for (Shape4 s : {Shape4{2, 3, 64, 64}, Shape4{4, 6, 256, 64}, Shape4{1, 4, 160, 128}}) {
+            for (double p : {0.0, 0.2}) {
+                INFO(dtype_name(dt) << " " << name_of(s) << " p " << p);
+                const std::int64_t c = s.h * s.d;
+                const Tensor packed =
+                    test::random_f32({s.b, s.t, 3 * c}).to(dt).to(Device::cuda);
+                const Tensor w = test::random_f32({s.b, s.t, c}).to(dt).to(Device::cuda);
+                default_generator().set_state(5, 16);
+                Tensor x = packed.detach().set_requires_grad(true);
+                Tensor y = causal_self_attention(x, s.h, p, true, kCudnn);
+                y.backward(w);
+                REQUIRE(packed_cudnn_attention_failure().empty());
+                default_generator().set_state(5, 16);
+                Tensor xr = packed.detach().set_requires_grad(true);
+                Tensor heads = permute(xr.reshape({s.b, s.t, 3, s.h, s.d}), {2, 0, 3, 1, 4});
+                Tensor ref = merge_heads(causal_attention(heads, p, true, kCudnn));
+                ref.backward(w);
+                const double out_u = error_u(y, ref, dt), grad_u = error_u(x.grad(), xr.grad(), dt);
+                std::printf("packed vs permuted %s %s p=%.1f: out %.3g u, dqkv %.3g u\n",
+                            dtype_name(dt), name_of(s).c_str(), p, out_u, grad_u);
+                CHECK(out_u <= 0.3);
+                CHECK(grad_u <= 0.3);
+            }
+        }
     }
 }
 
