@@ -96,8 +96,9 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training = tru
 // (3, B, H, T, D), with the same result and the same dropout draws.
 Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropout_p,
                              bool training = true, const AttentionOptions& options = {});
-// Why causal_self_attention's cuDNN call on the packed layouts failed once (after which it runs
-// cuDNN between permutes), or "" while it has not.
+// Why cuDNN refused the first of causal_self_attention's calls on the packed layouts that it
+// refused (such calls run it between permutes: the same result, more copies), or "" while it has
+// refused none. The trainer logs it.
 std::string packed_cudnn_attention_failure();
 // Why cuDNN's fused attention cannot run on a qkv on `device` of `dtype` with head size
 // `head_dim`, or "" when it can (which asks the GPU, and starts cuDNN, the first time).

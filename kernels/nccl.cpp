@@ -3,6 +3,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -96,8 +97,7 @@ void nccl_destroy(void* communicator) noexcept {
     auto* c = static_cast<Communicator*>(communicator);
     if (c->comm) {
         // ncclCommDestroy finishes what is queued first, which hangs if a peer is gone.
-        const bool idle = c->stream && cudaEventRecord(c->done, c->stream) == cudaSuccess &&
-                          cudaEventQuery(c->done) == cudaSuccess;
+        const bool idle = c->stream && cudaStreamQuery(c->stream) == cudaSuccess;
         if (idle && !c->aborted)
             ncclCommDestroy(c->comm);
         else
@@ -138,33 +138,38 @@ void nccl_join(void* communicator) {
     FG_CUDA_CHECK(cudaStreamWaitEvent(stream(), c.done, 0));
 }
 
-void nccl_synchronize(void* communicator, double timeout_s) {
+void nccl_synchronize(void* communicator, double timeout_s,
+                      const std::function<std::string()>& peers_lost) {
     nccl_join(communicator);
     Communicator& c = unwrap(communicator);
+    const auto give_up = [&c](const std::string& why) {
+        ncclCommAbort(c.comm);
+        c.comm = nullptr;
+        c.aborted = true;
+        throw CudaError("[nccl] " + why + "; the communicator was aborted");
+    };
     const auto start = std::chrono::steady_clock::now();
+    auto nap = std::chrono::microseconds(20);
     for (;;) {
         const cudaError_t done = cudaEventQuery(c.done);
         if (done == cudaSuccess) return;
         if (done != cudaErrorNotReady) FG_CUDA_CHECK(done);
         ncclResult_t async = ncclSuccess;
         check(ncclCommGetAsyncError(c.comm, &async), "ncclCommGetAsyncError");
-        const double waited =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (async != ncclSuccess && async != ncclInProgress) {
-            ncclCommAbort(c.comm);
-            c.comm = nullptr;
-            c.aborted = true;
-            check(async, "a collective (the exchange of gradients or weights)");
+        if (async != ncclSuccess && async != ncclInProgress)
+            give_up(std::string("a collective failed: ") + ncclGetErrorString(async) +
+                    " (did another rank stop?)");
+        if (peers_lost) {
+            const std::string lost = peers_lost();
+            if (!lost.empty()) give_up("the exchange cannot finish: " + lost);
         }
-        if (waited > timeout_s) {
-            ncclCommAbort(c.comm);
-            c.comm = nullptr;
-            c.aborted = true;
-            throw CudaError("[nccl] the ranks' exchange did not finish in " +
-                            std::to_string(static_cast<int>(timeout_s)) +
-                            " s (did another rank stop or hang?); the communicator was aborted");
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+            timeout_s)
+            give_up("the ranks' exchange did not finish in " +
+                    std::to_string(static_cast<int>(timeout_s)) +
+                    " s (did another rank stop or hang?)");
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(1000));  // short waits stay short
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,12 @@ void nccl_all_gather(void* communicator, const void* in, void* out, std::size_t 
                      ScalarType type);
 // fusegrad's stream waits (on the GPU; the host does not) for the collectives queued so far.
 void nccl_join(void* communicator);
-// nccl_join, then the host waits until the collectives queued so far are done, checking NCCL's
-// asynchronous error state as it waits: on an error (another rank stopped) or after timeout_s,
-// the communicator is aborted (its kernels stop) and an error says why, instead of a hang.
-void nccl_synchronize(void* communicator, double timeout_s);
+// nccl_join, then the host waits until the collectives queued so far are done, checking as it
+// waits NCCL's asynchronous error state and `peers_lost` (which says why the other ranks are
+// gone, or "": NCCL does not notice a peer that died on the same host): on an error, a lost
+// peer or after timeout_s, the communicator is aborted (its kernels stop) and an error says
+// why, instead of a hang.
+void nccl_synchronize(void* communicator, double timeout_s,
+                      const std::function<std::string()>& peers_lost);
 
 }  // namespace fg::kernels

@@ -20,6 +20,6 @@ void nccl_all_reduce_sum(void*, void*, std::size_t, ScalarType) { missing(); }
 void nccl_reduce_scatter_sum(void*, const void*, void*, std::size_t, ScalarType) { missing(); }
 void nccl_all_gather(void*, const void*, void*, std::size_t, ScalarType) { missing(); }
 void nccl_join(void*) { missing(); }
-void nccl_synchronize(void*, double) { missing(); }
+void nccl_synchronize(void*, double, const std::function<std::string()>&) { missing(); }
 
 }  // namespace fg::kernels

@@ -2,6 +2,7 @@
 // shapes, plus forward checks against values worked out by hand.
 #include <cmath>
 
+#include "core/ops/op_utils.h"
 #include "test_helpers.h"
 
 using namespace fg;
@@ -284,6 +285,29 @@ TEST_CASE("causal_self_attention from (B, T, 3C) to (B, T, C) is causal_attentio
     REQUIRE_THROWS_WITH(causal_self_attention(random_f64({2, 4, 12}), 3, 0.0),
                         Contains("[causal_self_attention] C = 4 is not divisible by 3 heads"));
     CHECK(packed_cudnn_attention_failure().empty());
+}
+
+TEST_CASE("the packed attention layout cuDNN is told addresses c_attn's and c_proj's elements",
+          "[ops]") {
+    // CPU runs never use it (they permute), so its index arithmetic is checked here against the
+    // reshape the model means: qkv (B, T, 3C) viewed as (B, T, 3, H, D), out (B, T, C) as
+    // (B, T, H, D). Element (which, b, h, t, d) is at which's offset + the strides' sum.
+    const std::int64_t B = 2, T = 3, H = 4, D = 8, C = H * D;
+    const ops_detail::AttentionLayout l = ops_detail::packed_attention_layout(B, H, T, D);
+    CHECK(l.out_shape == Shape{B, T, C});
+    for (std::int64_t which = 0; which < 3; ++which)
+        for (std::int64_t b = 0; b < B; ++b)
+            for (std::int64_t h = 0; h < H; ++h)
+                for (std::int64_t t = 0; t < T; ++t)
+                    for (std::int64_t d = 0; d < D; ++d) {
+                        const std::int64_t base = which == 0 ? 0 : which == 1 ? l.k_at : l.v_at;
+                        CHECK(base + b * l.stride_b + h * l.stride_h + t * l.stride_t + d ==
+                              (((b * T + t) * 3 + which) * H + h) * D + d);
+                        if (which == 0)
+                            CHECK(b * l.out_stride_b + h * l.out_stride_h + t * l.out_stride_t +
+                                      d ==
+                                  ((b * T + t) * H + h) * D + d);
+                    }
 }
 
 TEST_CASE("causal_attention rejects bad input", "[ops][errors]") {

@@ -360,6 +360,16 @@ void TcpGroup::all_gather(const float* in, float* out, std::size_t n) {
     recv_all(peers_[0], out, ranks * n * sizeof(float), "rank 0's gathered values");
 }
 
+std::string TcpGroup::peers_lost() const {
+    for (std::size_t i = 0; i < peers_.size(); ++i) {
+        pollfd p{peers_[i], POLLRDHUP, 0};
+        if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return "rank " + std::to_string(env_.rank == 0 ? i + 1 : 0) +
+                   " closed its connection (it stopped)";
+    }
+    return "";
+}
+
 void TcpGroup::shutdown() noexcept {
     for (int fd : peers_)
         if (fd >= 0) ::shutdown(fd, SHUT_RDWR);

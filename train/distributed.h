@@ -80,6 +80,9 @@ public:
     // Shuts the connections down (the sockets stay open until destruction): a call blocked in
     // another thread returns with an error at once. For a rank that is failing.
     void shutdown() noexcept;
+    // Without waiting: "" while every connection is open, else which rank's closed (it stopped).
+    // Rank 0 sees every rank; the others see rank 0, which stops when any rank does.
+    std::string peers_lost() const;
     int rank() const { return env_.rank; }
     int world_size() const { return env_.world_size; }
 

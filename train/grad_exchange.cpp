@@ -156,9 +156,11 @@ public:
     void all_gather(const float* in, float* out, std::size_t n) override {
         cuda().nccl_all_gather(comm_, in, out, n, kernels::ScalarType::f32);
     }
-    // The host waits here (bounded, NCCL's errors checked): a rank that stopped must not leave
-    // the others blocked in a later synchronisation with no deadline.
-    void wait() override { cuda().nccl_synchronize(comm_, timeout_s_); }
+    // The host waits here (bounded; NCCL's errors and the TCP connections checked): a rank that
+    // stopped must not leave the others blocked in a later synchronisation with no deadline.
+    void wait() override {
+        cuda().nccl_synchronize(comm_, timeout_s_, [this] { return group_.peers_lost(); });
+    }
     void sum_on_host(double* values, std::size_t n) override { group_.all_reduce_sum(values, n); }
 
 private:
@@ -307,12 +309,17 @@ void GradientExchange::finish() {
     NoGradGuard no_grad;
     if (attached_) {
         // The attached gradients all exist (zeros): whether a backward reached each one is in
-        // received_. Checked before anything is sent, the same on every rank.
+        // received_. The same on every rank, so every rank stops here, once the buckets the
+        // backward started have been exchanged (they are queued on every rank alike).
         attached_ = false;
-        for (std::size_t i = 0; i < params_.size(); ++i)
-            FG_CHECK(received_[i], "train", "rank ", rank_, ": parameter '", params_[i].name,
-                     "' got no gradient in this step: data-parallel training sums every "
-                     "parameter's gradient over the ranks, so each must take part in the loss");
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+            if (received_[i]) continue;
+            armed_ = false;
+            comm_.wait();
+            fail("train", "rank ", rank_, ": parameter '", params_[i].name, "' got no gradient "
+                 "in this step: data-parallel training sums every parameter's gradient over the "
+                 "ranks, so each must take part in the loss");
+        }
     }
     if (!armed_) started_ = 0;
     while (started_ < layout_.size()) start(started_++);

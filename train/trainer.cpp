@@ -240,11 +240,16 @@ void check_same_config(TcpGroup& group, const Config& c) {
     const std::vector<std::uint8_t> sent =
         group.broadcast(std::vector<std::uint8_t>(mine.begin(), mine.end()));
     const std::string theirs(sent.begin(), sent.end());
-    std::string differences;
+    std::string differences;  // the keys whose values differ (comments may, between builds)
     if (theirs != mine) {
-        for (const std::string& key : changed_keys(parse_config(theirs, "rank 0's config"), c))
-            differences += (differences.empty() ? "" : ", ") + key;
-        if (differences.empty()) differences = "(the same values, written differently)";
+        try {
+            for (const std::string& key :
+                 changed_keys(parse_config(theirs, "rank 0's config"), c))
+                differences += (differences.empty() ? "" : ", ") + key;
+        } catch (const std::exception& e) {
+            differences = std::string("rank 0's config does not read here (") + e.what() +
+                          "): another fusegrad?";
+        }
     }
     double differing = differences.empty() ? 0.0 : 1.0;
     group.all_reduce_sum(&differing, 1);
@@ -267,6 +272,9 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
       dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1),
       dist_(distributed_env()) {
     const Config& c = cfg_;
+    // Checked before the ranks meet: these fail on every rank alike when the ranks run one
+    // config (which they check once they meet), and a launcher (fusegrad --ranks, torchrun,
+    // srun --kill-on-bad-exit) stops the others when one rank fails.
     FG_CHECK(c.train.zero == 0 || c.optim.name == "adamw", "train", "train.zero: 1 splits "
              "AdamW's state over the ranks, but optim.name is ", c.optim.name);
     if (dist_.distributed()) {
@@ -884,6 +892,10 @@ void Trainer::run(std::int64_t stop_at) {
             const auto end = std::chrono::steady_clock::now();
             report_step(step_, loss, last_lr_, last_norm_,
                         std::chrono::duration<double, std::milli>(end - start).count());
+            if (first && !packed_cudnn_attention_failure().empty())
+                log_ << "attention: cuDNN refused q, k, v where the QKV projection writes them, "
+                        "so it runs between permutes: " << packed_cudnn_attention_failure()
+                     << "\n";
             if (first && no_graph.empty()) {
                 try {
                     graph_ = std::make_unique<CapturedStep>(

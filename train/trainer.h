@@ -114,11 +114,12 @@ private:
     double flops_per_token_ = 0.0;  // training FLOPs per token of this model
     DistributedEnv dist_;              // this process's rank among WORLD_SIZE
     std::unique_ptr<TcpGroup> group_;  // the other ranks, when there are several
-    std::shared_ptr<void> nccl_;       // CUDA ranks: their NCCL communicator
     std::unique_ptr<GradientExchange> exchange_;  // the gradients' sums over the ranks
-    // Over group_ (CPU) or nccl_ (CUDA). Declared after exchange_, so destroyed before it: an
-    // exchange still in flight when the trainer fails is stopped before its buffers are freed.
-    std::unique_ptr<Collectives> collectives_;
+    // Declared after exchange_, so destroyed before it: an exchange still in flight when the
+    // trainer fails is stopped (the TCP worker joined, the NCCL communicator aborted) before the
+    // buckets it writes are freed.
+    std::shared_ptr<void> nccl_;  // CUDA ranks: their NCCL communicator
+    std::unique_ptr<Collectives> collectives_;  // over group_ (CPU) or nccl_ (CUDA)
     bool stop_agreed_ = false;         // the ranks agreed to stop (should_stop)
     std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly
     std::chrono::steady_clock::time_point collected_at_;  // of the last collect_captured_steps

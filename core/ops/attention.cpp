@@ -19,6 +19,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "../random.h"
 #include "kernels/philox.h"
@@ -169,33 +172,16 @@ bool use_cudnn(const Tensor& qkv, std::int64_t t, std::int64_t d, AttentionBacke
     return why.empty();
 }
 
-// Where q, k and v sit in a qkv tensor (and dq, dk, dv in its gradient, laid out the same), and
-// how the output (and its gradient) is laid out: what cuDNN is told with strides.
-struct CudnnLayout {
-    std::int64_t b, h;
-    std::int64_t k_at, v_at;                    // elements from q's first (q at 0)
-    std::int64_t stride_b, stride_h, stride_t;  // of q, k and v
-    Shape out_shape;
-    std::int64_t out_stride_b = 0, out_stride_h = 0, out_stride_t = 0;  // 0: contiguous
-};
-
 // qkv (3, B, H, T, D) -> out (B, H, T, D), both contiguous.
-CudnnLayout heads_layout(const Tensor& qkv, const AttentionShape& a) {
+AttentionLayout heads_layout(const Tensor& qkv, const AttentionShape& a) {
     const std::int64_t b = qkv.size(1), h = qkv.size(2);
     return {b, h, a.qkv_stride(), 2 * a.qkv_stride(), h * a.t * a.d, a.t * a.d, a.d,
             {b, h, a.t, a.d}};
 }
 
-// qkv (B, T, 3, H, D) -> out (B, T, H, D): a row of qkv is the token's q, k and v, each with
-// its heads side by side, and a row of out the token's heads side by side.
-CudnnLayout packed_layout(std::int64_t b, std::int64_t h, const AttentionShape& a) {
-    const std::int64_t c = h * a.d;
-    return {b, h, c, 2 * c, a.t * 3 * c, a.d, 3 * c, {b, a.t, c}, a.t * c, a.d, c};
-}
-
 // What both cuDNN calls share.
 kernels::CudnnAttentionArgs cudnn_args(const Tensor& qkv, const AttentionShape& a,
-                                       const CudnnLayout& l) {
+                                       const AttentionLayout& l) {
     kernels::CudnnAttentionArgs k;
     k.type = scalar_type(qkv.dtype());
     k.b = l.b;
@@ -219,7 +205,7 @@ kernels::CudnnAttentionArgs cudnn_args(const Tensor& qkv, const AttentionShape& 
 }
 
 // The forward by cuDNN, recording its backward (also cuDNN's).
-Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a, const CudnnLayout& l) {
+Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a, const AttentionLayout& l) {
     const char* op = "causal_attention";
     const Device dev = qkv.device();
     CudaBackend& cuda = cuda_backend(op);
@@ -255,11 +241,16 @@ Tensor cudnn_attention(const Tensor& qkv, const AttentionShape& a, const CudnnLa
     return record(op, {qkv}, out, backward);
 }
 
-// Why the packed layouts' cuDNN graph could not be built, once it could not (then every later
-// call takes the permutes).
-std::string& packed_failure() {
-    static std::string why;
-    return why;
+// The packed layouts' calls whose cuDNN graph could not be built (they take the permutes from
+// then on), by what makes their graphs differ, with cuDNN's reason; and the first reason.
+struct PackedFailures {
+    std::set<std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, bool>>
+        calls;  // dtype, B, H, T, D, dropout p, backward
+    std::string first;
+};
+PackedFailures& packed_failures() {
+    static PackedFailures failures;
+    return failures;
 }
 
 // The attention's shape and dropout draw: the generator's counters move as for every backend.
@@ -354,6 +345,18 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training,
     });
 }
 
+namespace ops_detail {
+
+// A row of qkv is one token's q, k and v, each with its heads side by side; a row of out is one
+// token's heads side by side.
+AttentionLayout packed_attention_layout(std::int64_t b, std::int64_t h, std::int64_t t,
+                                        std::int64_t d) {
+    const std::int64_t c = h * d;
+    return {b, h, c, 2 * c, t * 3 * c, d, 3 * c, {b, t, c}, t * c, d, c};
+}
+
+}  // namespace ops_detail
+
 Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropout_p,
                              bool training, const AttentionOptions& options) {
     const char* op = "causal_self_attention";
@@ -363,28 +366,39 @@ Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropo
     const std::int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3;
     FG_CHECK(heads > 0 && c % heads == 0, op, "C = ", c, " is not divisible by ", heads, " heads");
     const std::int64_t h = heads, d = c / h;
-    // cuDNN on the layouts as they are, unless that failed once.
-    if (packed_failure().empty() && t > 0 && d > 0 && qkv.is_cuda() &&
-        (d * dtype_size(qkv.dtype())) % 16 == 0) {
+    // cuDNN on the layouts as they are, unless cuDNN refused this call's graph before.
+    if (t > 0 && d > 0 && qkv.is_cuda() && (d * dtype_size(qkv.dtype())) % 16 == 0) {
         check_arithmetic_dtype(op, qkv);
         FG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout p must be in [0, 1), got ",
                  dropout_p);
-        if (use_cudnn(qkv, t, d, options.backend)) {
-            // The graph is built (and checked by cuDNN) before the generator moves.
+        const bool backward = needs_grad({qkv});
+        const float p = training ? static_cast<float>(dropout_p) : 0.0f;
+        const auto call = std::make_tuple(static_cast<int>(qkv.dtype()), b, h, t, d, p, backward);
+        if (!packed_failures().calls.count(call) && use_cudnn(qkv, t, d, options.backend)) {
+            // The graph is built (and checked by cuDNN) before the generator moves. A capture
+            // finds it built by the eager steps before it; it must not take a failure inside
+            // the capture for the layout's.
             const AttentionShape probe = attention_shape(b, h, t, d, dropout_p, false);
-            kernels::CudnnAttentionArgs k = cudnn_args(qkv, probe, packed_layout(b, h, probe));
-            k.p = training ? static_cast<float>(dropout_p) : 0.0f;
+            kernels::CudnnAttentionArgs k =
+                cudnn_args(qkv, probe, packed_attention_layout(b, h, t, d));
+            k.p = p;
             static float stats_probe;  // for the graph only whether stats is null matters
-            k.stats = needs_grad({qkv}) ? &stats_probe : nullptr;
+            k.stats = backward ? &stats_probe : nullptr;
+            CudaBackend& cuda = cuda_backend(op);
+            bool built = true;
             try {
-                cuda_backend(op).cudnn_attention_workspace_bytes(k, false);
-                if (needs_grad({qkv})) cuda_backend(op).cudnn_attention_workspace_bytes(k, true);
+                cuda.cudnn_attention_workspace_bytes(k, false);
+                if (backward) cuda.cudnn_attention_workspace_bytes(k, true);
             } catch (const std::exception& e) {
-                packed_failure() = e.what();
+                if (cuda.capturing()) throw;
+                PackedFailures& f = packed_failures();
+                f.calls.insert(call);
+                if (f.first.empty()) f.first = e.what();
+                built = false;
             }
-            if (packed_failure().empty()) {
+            if (built) {
                 const AttentionShape a = attention_shape(b, h, t, d, dropout_p, training);
-                return cudnn_attention(qkv, a, packed_layout(b, h, a));
+                return cudnn_attention(qkv, a, packed_attention_layout(b, h, t, d));
             }
         }
     }
@@ -392,6 +406,6 @@ Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropo
                                         dropout_p, training, options));
 }
 
-std::string packed_cudnn_attention_failure() { return packed_failure(); }
+std::string packed_cudnn_attention_failure() { return packed_failures().first; }
 
 }  // namespace fg

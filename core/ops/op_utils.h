@@ -94,4 +94,19 @@ void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, st
               std::int64_t n, std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
               std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch);
 
+// Where q, k and v sit in an attention's qkv tensor (and dq, dk, dv in its gradient, laid out the
+// same), and how its output (and the output's gradient) is laid out: what cuDNN is told with
+// strides (core/ops/attention.cpp). Element offsets and strides; output strides 0: contiguous
+// (B, H, T, D).
+struct AttentionLayout {
+    std::int64_t b, h;
+    std::int64_t k_at, v_at;                    // from q's first element (q at 0)
+    std::int64_t stride_b, stride_h, stride_t;  // of q, k and v
+    Shape out_shape;
+    std::int64_t out_stride_b = 0, out_stride_h = 0, out_stride_t = 0;
+};
+// The packed layouts of causal_self_attention: qkv (B, T, 3, H, D) and out (B, T, H, D).
+AttentionLayout packed_attention_layout(std::int64_t b, std::int64_t h, std::int64_t t,
+                                        std::int64_t d);
+
 }  // namespace fg::ops_detail
