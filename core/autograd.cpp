@@ -11,7 +11,8 @@ namespace {
 
 thread_local bool g_grad_enabled = true;
 
-// Adds incoming gradients into a leaf's .grad: the first one is copied (the incoming tensor may
+// Adds incoming gradients into a leaf's .grad: the first one becomes the gradient (taken as it
+// is when nothing else can reach its memory, copied when something can: the incoming tensor may
 // be shared with other nodes), later ones are added in place.
 class AccumulateGrad final : public Node {
 public:
@@ -26,7 +27,7 @@ public:
                   " for a leaf of shape ", shape_str(leaf_->shape));
         if (incoming.dtype() != leaf_->dtype) incoming = incoming.to(leaf_->dtype);
         if (!leaf_->grad.defined()) {
-            leaf_->grad = incoming.clone();
+            leaf_->grad = owned_alone(incoming) ? incoming : incoming.clone();
         } else {
             add_(leaf_->grad, incoming);
         }
@@ -37,6 +38,14 @@ public:
     }
 
 private:
+    // True when this handle is the only way to the tensor's memory (no other handle, no view of
+    // its storage) and the tensor is all of it: taking it saves a copy of every gradient.
+    static bool owned_alone(const Tensor& t) {
+        const TensorImpl* impl = t.impl();
+        return t.impl_ptr().use_count() == 1 && impl->storage.use_count() == 1 &&
+               impl->offset == 0 && impl->storage->bytes == t.nbytes() && !impl->grad_fn;
+    }
+
     std::shared_ptr<TensorImpl> leaf_;
 };
 

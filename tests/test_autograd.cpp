@@ -2,6 +2,7 @@
 // backward calls, zero_grad, NoGradGuard, detach, freed graphs and non-scalar roots.
 #include <algorithm>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "test_helpers.h"
 
@@ -129,3 +130,36 @@ TEST_CASE("a post-accumulate hook runs once a backward, after every contribution
     REQUIRE_THROWS_WITH(y.set_post_accumulate_grad_hook([] {}),
                         Contains("is not a leaf (it was made by"));
 }
+
+TEST_CASE("a leaf takes its first gradient without a copy only when nothing else holds it",
+          "[autograd]") {
+    // Unshared: the gradient scale's backward makes is taken as it is: the backward allocates
+    // no more than one that adds into an existing gradient in place (a copy would be one more).
+    Tensor x = Tensor::zeros({1 << 16});
+    x.set_requires_grad(true);
+    auto allocations_of_backward = [&x](bool gradient_exists) {
+        x.zero_grad();
+        if (gradient_exists) x.set_grad(Tensor::zeros(x.shape()));
+        Tensor y = sum(scale(x, 2.0));
+        const std::size_t before = memory_stats(Device::cpu).allocations;
+        y.backward();
+        return memory_stats(Device::cpu).allocations - before;
+    };
+    CHECK(allocations_of_backward(false) == allocations_of_backward(true));
+    CHECK(x.grad().to_vector<float>() == std::vector<float>(1 << 16, 2.0f));
+    x.zero_grad();
+    sum(scale(x, 2.0)).backward();
+    CHECK(x.grad().to_vector<float>() == std::vector<float>(1 << 16, 2.0f));
+    // Shared: an add's backward hands the same gradient to both of its inputs, two leaves here;
+    // each leaf must get memory of its own.
+    Tensor a = Tensor::ones({4}), b = Tensor::ones({4});
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    sum(add(a, b)).backward();
+    CHECK(a.grad().raw_data() != b.grad().raw_data());
+    Tensor ga = a.grad();
+    add_(ga, ga.clone());  // a's gradient changed in place: b's stays
+    CHECK(a.grad().to_vector<float>() == std::vector<float>(4, 2.0f));
+    CHECK(b.grad().to_vector<float>() == std::vector<float>(4, 1.0f));
+}
+
