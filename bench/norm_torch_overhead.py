@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""bench/norm_torch_overhead.py: where the time of a fusegrad norm call from PyTorch goes, beside
+PyTorch's own module: the host's time to launch a forward + backward (Python, the custom ops'
+dispatch, ctypes), the GPU's time for it as bench/torch_timer.py measures it (and how long the
+GPU had to spin before the timed region for the host to finish launching), and the sum of the
+kernels' own times from the profiler. When the host's time is near or above the GPU's, an eager
+model is bound by the host; when the timer's figure is far above the kernels' sum, the timer
+measured the host.
+
+Usage: python3 bench/norm_torch_overhead.py [--reps N] [--case KIND:DTYPE:MxN ...]
+(default cases: the rows of docs/pytorch.md that stood out, and their neighbours)
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_timer import Timer  # noqa: E402  (bench/torch_timer.py)
+
+DEFAULT_CASES = ["rmsnorm:float32:16384x384", "layernorm:float32:16384x384",
+                 "layernorm:bfloat16:2048x16384", "rmsnorm:bfloat16:2048x16384"]
+
+
+def module_for(impl, kind, n, dtype):
+    if impl == "fusegrad":
+        import fusegrad
+        cls = fusegrad.LayerNorm if kind == "layernorm" else fusegrad.RMSNorm
+    else:
+        cls = nn.LayerNorm if kind == "layernorm" else nn.RMSNorm
+    return cls(n, eps=1e-5, device="cuda", dtype=dtype)
+
+
+def measure(impl, kind, dtype, m, n, reps):
+    torch.manual_seed(0)
+    module = module_for(impl, kind, n, dtype)
+    x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn(m, n, device="cuda", dtype=dtype)
+    params = list(module.parameters())
+
+    def step():
+        return torch.autograd.grad(module(x), [x] + params, dy)
+
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        host.append((time.perf_counter() - start) * 1e3)
+        torch.cuda.synchronize()
+    timer = Timer()
+    gpu = timer.median_ms(step, reps=reps)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+    # The kernels themselves: events that ran on the GPU, each its own duration.
+    kernels_us = sum(e.time_range.elapsed_us() for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA) / 10
+    return {"host_ms": statistics.median(host), "timer_ms": gpu, "kernels_ms": kernels_us / 1e3,
+            "spin_cycles": timer.lead, "host_bound_reps": timer.host_bound}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--case", action="append", default=None, metavar="KIND:DTYPE:MxN")
+    args = ap.parse_args()
+    print("%s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__))
+    print("| case | impl | host ms (launch fwd+bwd) | timer ms | kernels ms (profiler) | "
+          "spin cycles | host-bound reps |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for case in args.case or DEFAULT_CASES:
+        kind, dtype_name, shape = case.split(":")
+        m, n = (int(v) for v in shape.split("x"))
+        dtype = getattr(torch, dtype_name)
+        for impl in ("fusegrad", "torch"):
+            try:
+                r = measure(impl, kind, dtype, m, n, args.reps)
+                print("| %s | %s | %.3f | %.3f | %.3f | %d | %d |" % (
+                    case, impl, r["host_ms"], r["timer_ms"], r["kernels_ms"], r["spin_cycles"],
+                    r["host_bound_reps"]), flush=True)
+            except Exception as e:  # say what failed and go on with the next
+                print("| %s | %s | error: %s |" % (case, impl, str(e).splitlines()[0][:120]),
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
