@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -424,6 +425,66 @@ TEST_CASE("sharded dropout counters are one process's, split by rank", "[distrib
     }
     g.set_shard(0, 1);
     CHECK(std::find(whole.begin(), whole.end(), 0.0f) != whole.end());  // some were dropped
+}
+
+TEST_CASE("TCP collectives run beside the caller, in order, and a failing rank does not wait",
+          "[distributed]") {
+    using Clock = std::chrono::steady_clock;
+    const int world = 2, port = free_port();
+    std::vector<float> sums[2];
+    double queued_ms = 0, waited_ms = 0, torn_down_ms = 0;
+    std::string errors[2];
+    std::thread ranks[2];
+    for (int r = 0; r < world; ++r) {
+        ranks[r] = std::thread([&, r] {
+            try {
+                TcpGroup group(rank_env(r, world, port), 20.0);
+                {
+                    std::unique_ptr<Collectives> comm = tcp_collectives(group);
+                    sums[r] = {float(r + 1), 10.0f};
+                    std::vector<float> second{float(r), 0.5f};
+                    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                    const auto start = Clock::now();
+                    comm->all_reduce_sum(sums[r].data(), 2, DType::f32);
+                    comm->all_reduce_sum(second.data(), 2, DType::f32);
+                    if (r == 0)
+                        queued_ms =
+                            std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+                    comm->wait();
+                    if (r == 0)
+                        waited_ms =
+                            std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+                    CHECK(second == std::vector<float>{1.0f, 1.0f});  // the second sum came too
+                }
+                // Rank 0 queues a sum rank 1 never joins, and is torn down as a failing rank
+                // is: it returns at once instead of waiting out the 20 s.
+                group.barrier();
+                if (r == 0) {
+                    std::vector<float> lonely{1.0f};
+                    const auto start = Clock::now();
+                    {
+                        std::unique_ptr<Collectives> comm = tcp_collectives(group);
+                        comm->all_reduce_sum(lonely.data(), 1, DType::f32);
+                        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                    }
+                    torn_down_ms =
+                        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+                } else {  // alive, but never joining: only the shutdown can end rank 0's wait
+                    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+                }
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+            }
+        });
+    }
+    for (auto& t : ranks) t.join();
+    CHECK(errors[0].empty());
+    CHECK(sums[0] == std::vector<float>{3.0f, 20.0f});
+    CHECK(sums[1] == std::vector<float>{3.0f, 20.0f});
+    // Liveness, with wide margins (not speed): queued without waiting for rank 1 ...
+    CHECK(queued_ms < 200.0);
+    CHECK(waited_ms >= 250.0);  // ... which wait() then did
+    CHECK(torn_down_ms < 2000.0);
 }
 
 TEST_CASE("the exchange over one rank: ZeRO-1's AdamW is AdamW, bit for bit", "[distributed]") {
