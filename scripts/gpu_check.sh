@@ -5,6 +5,10 @@
 #   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|breakdown|all]...
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
+#   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
+#   run, NANOGPT_STEPS (default 300) steps each, in one call. NANOGPT_DIR is a nanoGPT checkout
+#   carried to the machine (not part of this repository; e.g. `git --git-dir=MIRROR archive HEAD
+#   | tar -x -C .nanogpt` of a fetched copy, then carry .nanogpt, which .gitignore ignores).
 #   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh), then tokens/s on DDP_GPUS
 #   (default 1 2 4, those the machine has) for DDP_MODELS (default "baby gpt2"), fusegrad (bf16;
 #   ZeRO-1 off and on with bf16 sums, off with f32 sums) and PyTorch DDP (bf16 autocast, f32
@@ -143,6 +147,26 @@ PY
             # AdamW: one launch a kMaxTensorsPerLaunch (24) of GPT-2's 148 parameter tensors.
             python3 bench/kernel_times.py "$out/breakdown.csv" --top 30 --per-step-kernel adamw_kernel \
                 --per-step-count 7 | tee "$out/breakdown.md"
+            ;;&
+        nanogpt)
+            if [ -z "${NANOGPT_DIR:-}" ]; then
+                echo "nanogpt: set NANOGPT_DIR to a nanoGPT checkout"; status=1
+            else
+                n=${NANOGPT_STEPS:-300} dir=/tmp/fg-nanogpt-fusegrad
+                rm -rf "$dir"
+                build-gpu/train/fusegrad train configs/shakespeare_char.yaml --max-steps "$n" \
+                    --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$dir" \
+                    --set train.eval_interval=100000 > "$out/nanogpt_fusegrad.log" 2>&1 || status=1
+                python3 - "$dir/metrics.jsonl" <<'PY' || status=1
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"ms"' in l]
+late = [r for r in rows if r["step"] > 10]
+print("fusegrad bf16: %.2f ms/step, peak %.0f MiB, loss %.4f" % (
+    statistics.median(r["ms"] for r in late), late[-1]["peak_mem_mib"], rows[-1]["loss"]))
+PY
+                python3 bench/nanogpt_baseline.py "$NANOGPT_DIR" "$GPU_DATA/tinyshakespeare.txt" \
+                    --steps "$n" --json "$out/nanogpt.json" || status=1
+            fi
             ;;&
         ddp)
             export NCCL_NVLS_ENABLE=0
