@@ -3,8 +3,9 @@ model and trainer on 1, 2, 4, ... GPUs, and the scaling efficiency, tokens/s on 
 times tokens/s on one GPU (the same trainer and model; each GPU keeps the same batch, so the
 global batch grows with N).
 
-Run directories are named TRAINER_MODEL_N (e.g. fusegrad-zero1_gpt2_4, torch-ddp_baby_2): fusegrad's
-hold metrics.jsonl, PyTorch's summary.json and metrics.jsonl. The median step time leaves out
+Run directories are named TRAINER_MODEL_N (e.g. fusegrad-zero1_gpt2_4,
+torch-ddp-compile_baby_2): fusegrad's hold metrics.jsonl, PyTorch's summary.json and
+metrics.jsonl. The median step time leaves out
 the first 10 steps (warm-up, compilation, the capture).
 
 usage: scaling_report.py RUNS_DIR

@@ -2,7 +2,8 @@
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
-#   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|breakdown|all]...
+#   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|
+#                         breakdown|nanogpt|ddp|all]...
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16

@@ -338,7 +338,8 @@ TEST_CASE("ZeRO-1's slices cover every parameter element once", "[distributed]")
                     for (const ShardPiece& p : shard_pieces(b, r)) {
                         CHECK(p.shard_offset == at);
                         CHECK(p.count > 0);
-                        REQUIRE(p.param_offset + p.count <= numels[static_cast<std::size_t>(p.param)]);
+                        REQUIRE(p.param_offset + p.count <=
+                                numels[static_cast<std::size_t>(p.param)]);
                         for (std::int64_t e = 0; e < p.count; ++e)
                             ++owner[static_cast<std::size_t>(p.param)]
                                    [static_cast<std::size_t>(p.param_offset + e)];
@@ -361,9 +362,11 @@ TEST_CASE("ZeRO-1's slices cover every parameter element once", "[distributed]")
     const std::vector<ShardPiece> r0 = shard_pieces(two[0], 0), r1 = shard_pieces(two[0], 1);
     REQUIRE(r0.size() == 2);
     CHECK((r0[0].param == 1 && r0[0].param_offset == 0 && r0[0].count == 3));
-    CHECK((r0[1].param == 0 && r0[1].param_offset == 0 && r0[1].shard_offset == 3 && r0[1].count == 4));
+    CHECK((r0[1].param == 0 && r0[1].param_offset == 0 && r0[1].shard_offset == 3 &&
+           r0[1].count == 4));
     REQUIRE(r1.size() == 1);
-    CHECK((r1[0].param == 0 && r1[0].param_offset == 4 && r1[0].shard_offset == 0 && r1[0].count == 6));
+    CHECK((r1[0].param == 0 && r1[0].param_offset == 4 && r1[0].shard_offset == 0 &&
+           r1[0].count == 6));
 }
 
 TEST_CASE("a trainer of several ranks refuses a batch it cannot split evenly", "[distributed]") {

@@ -280,8 +280,9 @@ TEST_CASE("causal_self_attention from (B, T, 3C) to (B, T, C) is causal_attentio
         return causal_self_attention(in[0], 2, 0.3);
     }, {random_f64({1, 4, 3 * 2 * 3})});
     using Catch::Matchers::Contains;
-    REQUIRE_THROWS_WITH(causal_self_attention(random_f64({2, 4, 10}), 2, 0.0),
-                        Contains("[causal_self_attention] qkv must be (B, T, 3 C), got (2, 4, 10)"));
+    REQUIRE_THROWS_WITH(
+        causal_self_attention(random_f64({2, 4, 10}), 2, 0.0),
+        Contains("[causal_self_attention] qkv must be (B, T, 3 C), got (2, 4, 10)"));
     REQUIRE_THROWS_WITH(causal_self_attention(random_f64({2, 4, 12}), 3, 0.0),
                         Contains("[causal_self_attention] C = 4 is not divisible by 3 heads"));
     CHECK(packed_cudnn_attention_failure().empty());

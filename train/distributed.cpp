@@ -462,7 +462,8 @@ std::vector<ShardPiece> shard_pieces(const BucketLayout& bucket, int rank) {
     std::vector<ShardPiece> pieces;
     for (std::size_t k = 0; k < bucket.params.size(); ++k) {
         const std::int64_t start = bucket.offsets[k];
-        const std::int64_t stop = k + 1 < bucket.params.size() ? bucket.offsets[k + 1] : bucket.numel;
+        const std::int64_t stop =
+            k + 1 < bucket.params.size() ? bucket.offsets[k + 1] : bucket.numel;
         const std::int64_t lo = std::max(start, begin), hi = std::min(stop, end);
         if (lo < hi) pieces.push_back({bucket.params[k], lo - start, lo - begin, hi - lo});
     }

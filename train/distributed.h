@@ -1,14 +1,16 @@
 // train/distributed.h: the parts of data-parallel training that do not need a GPU.
 //
-// Several processes (ranks), one a GPU, train one model: each computes the gradients of its
-// share of every batch, the gradients are summed across ranks (NCCL's all-reduce), and every rank
-// applies the same update, so the ranks' weights stay identical. What this file holds:
+// Several processes (ranks; on GPUs one a GPU) train one model: each computes the gradients of
+// its share of every batch, the gradients are summed across ranks (train/grad_exchange.h: over
+// TCP for CPU ranks, NCCL for CUDA ranks), and every rank applies the same update, so the ranks'
+// weights stay identical. What this file holds:
 //   DistributedEnv    who this process is: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
 //                     MASTER_PORT as torchrun sets them (or SLURM_PROCID, SLURM_NTASKS,
 //                     SLURM_LOCALID as Slurm does), with an error naming what is missing or wrong;
 //   TcpGroup          the ranks meeting over TCP at MASTER_ADDR:MASTER_PORT (rank 0 listens, the
-//                     others connect): how NCCL's unique id, made by rank 0, reaches the others,
-//                     and a barrier;
+//                     others connect): how NCCL's unique id, made by rank 0, reaches the others;
+//                     a barrier; and sums, reduce-scatters and gathers through rank 0 (CPU ranks'
+//                     gradients; every rank's loss, stop request and ZeRO's norm);
 //   shard_batch       a rank's rows of a batch: every rank draws the same global batch from the
 //                     same generator and keeps its slice, so N ranks see exactly the rows one
 //                     process would;
@@ -62,7 +64,8 @@ public:
     // Returns once every rank has called it.
     void barrier();
     // Sums n values over the ranks, in place; every rank gets the same bits (rank 0 adds the
-    // ranks' values in rank order and sends the sums back). For CPU ranks; CUDA ranks use NCCL.
+    // ranks' values in rank order and sends the sums back). CPU ranks' gradients, and any
+    // rank's host values (the loss, a stop request, ZeRO's gradient norm).
     void all_reduce_sum(float* values, std::size_t n);
     void all_reduce_sum(double* values, std::size_t n);
     // Sums `in` (world_size * n values) over the ranks and leaves this rank's slice of the sums

@@ -439,13 +439,14 @@ void ShardedAdamW::step(double lr, const Tensor& grad_scale) {
         const std::int64_t base = exchange_.shard_offset(b);
         for (const ShardPiece& piece : shard_pieces(exchange_.bucket(b), exchange_.rank())) {
             const std::int64_t at = base + piece.shard_offset;
-            pieces.push_back({params_[static_cast<std::size_t>(piece.param)].param->data<float>() +
-                                  piece.param_offset,
+            const std::size_t i = static_cast<std::size_t>(piece.param);
+            pieces.push_back({params_[i].param->data<float>() + piece.param_offset,
                               g.data<float>() + at, m_.data<float>() + at, v_.data<float>() + at,
-                              piece.count, static_cast<bool>(decay_[static_cast<std::size_t>(piece.param)])});
+                              piece.count, static_cast<bool>(decay_[i])});
         }
     }
     adamw_update(pieces, m_.device(), opt_, lr, steps_, grad_scale);
+    exchange_.release_shard_grads();  // spent: not kept through the next backward
     std::vector<Tensor*> weights;
     for (NamedParam& np : params_) weights.push_back(np.param);
     exchange_.gather(weights);

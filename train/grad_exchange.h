@@ -91,8 +91,9 @@ public:
     // How many buckets the last armed backward started before it ended (finish() started the
     // others): the overlap achieved.
     std::size_t started_during_backward() const { return started_early_; }
-    // Bytes the exchange keeps: the flat buckets (the gradients themselves once attached), and
-    // ZeRO's slice of their sums.
+    // Bytes the exchange keeps between steps: the flat buckets (the gradients themselves once
+    // attached), with bf16 sums their rounded copies (while they travel), and ZeRO's slice of
+    // the sums (the averaged f32 slice lives from finish() to the update only).
     std::size_t buffer_bytes() const;
 
     // ZeRO-1. This rank's slice of every bucket, one after another (bucket b's at
@@ -102,8 +103,9 @@ public:
     const BucketLayout& bucket(std::size_t b) const { return layout_[b]; }
     int rank() const { return rank_; }
     int world_size() const { return world_; }
-    // The averaged gradients of this rank's slices (after finish()).
+    // The averaged gradients of this rank's slices (from finish() until release_shard_grads()).
     const Tensor& shard_grads() const { return shard_grads_; }
+    void release_shard_grads() { shard_grads_ = Tensor(); }
     // The gradients' global norm and clip factor (grad_norm's), from this rank's slices and the
     // other ranks' sums of squares.
     GradNorm grad_norm(double max_norm);

@@ -250,7 +250,8 @@ GradNorm grad_norm_of(const std::vector<Tensor>& grads, double max_norm) {
 }
 
 void adamw_update(const std::vector<kernels::AdamWTensor>& pieces, Device device,
-                  const AdamWOptions& options, double lr, std::int64_t t, const Tensor& grad_scale) {
+                  const AdamWOptions& options, double lr, std::int64_t t,
+                  const Tensor& grad_scale) {
     if (pieces.empty()) return;
     const kernels::AdamWStep decayed = adamw_factors(lr, options, true, t);
     const kernels::AdamWStep plain = adamw_factors(lr, options, false, t);
