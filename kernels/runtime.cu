@@ -40,11 +40,30 @@ bool cuda_available() {
     return available;
 }
 
+int device_count() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+void select_device(int index) {
+    const int count = device_count();
+    if (index < 0 || index >= count)
+        throw CudaError("[cuda] GPU " + std::to_string(index) + " asked for, but this process " +
+                        "sees " + std::to_string(count) + " (CUDA_VISIBLE_DEVICES)");
+    FG_CUDA_CHECK(cudaSetDevice(index));
+}
+
 const DeviceInfo& device_info() {
     static const DeviceInfo info = [] {
         DeviceInfo d;
         cudaDeviceProp prop{};
-        FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        int device = 0;
+        FG_CUDA_CHECK(cudaGetDevice(&device));
+        FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
         d.name = prop.name;
         d.sm_count = prop.multiProcessorCount;
         d.l2_bytes = prop.l2CacheSize;

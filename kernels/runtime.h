@@ -37,6 +37,14 @@ namespace detail {
 
 // True when a CUDA device can be used; never throws (a machine without a driver says false).
 bool cuda_available();
+// How many GPUs this process sees (CUDA_VISIBLE_DEVICES); 0 without a driver.
+int device_count();
+// Makes GPU `index` this thread's device (cudaSetDevice) before fusegrad has used any: its
+// stream, memory, library handles and device_info() are then that GPU's. A rank of several on a
+// host takes the GPU of its LOCAL_RANK this way, every GPU staying visible, so that NCCL can
+// reach its peers' memory directly (peer-to-peer over NVLink needs the peer GPU visible).
+// Without a call: the device CUDA starts on, 0.
+void select_device(int index);
 
 struct DeviceInfo {
     std::string name;

@@ -83,37 +83,6 @@ int free_port() {
     return ntohs(a.sin_port);
 }
 
-// A rank on a host of several GPUs takes the LOCAL_RANK-th (of CUDA_VISIBLE_DEVICES' list, when
-// it lists several): set before CUDA starts, so that this process's device 0 is that GPU.
-void use_gpu_of_local_rank() {
-    const char* world = std::getenv("WORLD_SIZE");
-    const char* local = std::getenv("LOCAL_RANK");
-    if (local == nullptr) local = std::getenv("SLURM_LOCALID");
-    if (world == nullptr || std::atoi(world) <= 1 || local == nullptr) return;
-    const long k = std::atol(local);
-    std::vector<std::string> visible;
-    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
-        std::string item;
-        for (const char* p = v;; ++p) {
-            if (*p == ',' || *p == '\0') {
-                if (!item.empty()) visible.push_back(item);
-                item.clear();
-                if (*p == '\0') break;
-            } else {
-                item += *p;
-            }
-        }
-        if (visible.size() <= 1) return;  // one GPU given to this process already
-    }
-    const std::string pick = visible.empty() ? std::to_string(k)
-                             : k >= 0 && k < static_cast<long>(visible.size())
-                                 ? visible[static_cast<std::size_t>(k)]
-                                 : std::string();
-    FG_CHECK(!pick.empty(), "cli", "LOCAL_RANK is ", k, " but CUDA_VISIBLE_DEVICES lists ",
-             visible.size(), " GPUs");
-    ::setenv("CUDA_VISIBLE_DEVICES", pick.c_str(), 1);
-}
-
 volatile std::sig_atomic_t g_launcher_signal = 0;
 
 // `fusegrad train ... --ranks N`: this process starts N copies of itself with `args` (the
@@ -248,7 +217,6 @@ int run(const std::vector<std::string>& args) {
                      "but WORLD_SIZE is already set (this process is a rank of another launch)");
             return launch_ranks(ranks, rank_args);
         }
-        use_gpu_of_local_rank();
         // Ctrl-C, and the SIGTERM a scheduler sends before it kills: finish the step, save, exit.
         std::signal(SIGINT, [](int) { fg::Trainer::request_stop(); });
         std::signal(SIGTERM, [](int) { fg::Trainer::request_stop(); });

@@ -279,7 +279,15 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
              "AdamW's state over the ranks, but optim.name is ", c.optim.name);
     if (dist_.distributed()) {
         if (device_ == Device::cuda) {
-            const std::string no_nccl = cuda_backend("train").nccl_unavailable();
+            // The GPU of this rank's LOCAL_RANK, before anything touches one; every GPU stays
+            // visible (NCCL's peer-to-peer needs them). A process shown one GPU takes it.
+            CudaBackend& cuda = cuda_backend("train");
+            const int gpus = cuda.device_count();
+            FG_CHECK(gpus == 1 || dist_.local_rank < gpus, "train", "LOCAL_RANK is ",
+                     dist_.local_rank, " but this process sees ", gpus, " GPUs "
+                     "(CUDA_VISIBLE_DEVICES): one rank a GPU");
+            cuda.select_device(gpus == 1 ? 0 : dist_.local_rank);
+            const std::string no_nccl = cuda.nccl_unavailable();
             FG_CHECK(no_nccl.empty(), "train", "WORLD_SIZE is ", dist_.world_size,
                      ": several CUDA ranks sum their gradients with NCCL, but ", no_nccl);
         }
