@@ -514,18 +514,27 @@ TEST_CASE("the exchange over one rank: ZeRO-1's AdamW is AdamW, bit for bit", "[
     auto loss_of = [](const Tensor& a, const Tensor& b) {
         return add(sum(mul(a, a)), scale(sum(mul(b, b)), 3.0));
     };
-    for (int step = 1; step <= 3; ++step) {
+    // One step of each: AdamW's, and the trainer's sequence around ShardedAdamW's.
+    auto reference_step = [&] {
         reference.zero_grad();
         loss_of(ra, rb).backward();
         reference.step(1e-2, grad_norm({&ra, &rb}, 0.0).coef);
-
-        sharded.zero_grad();
+    };
+    auto sharded_step = [&](ShardedAdamW& opt) {
+        opt.zero_grad();
         exchange.attach_gradients();
         exchange.arm();
         loss_of(za, zb).backward();
         CHECK(exchange.started_during_backward() == exchange.bucket_count());
         exchange.finish();
-        sharded.step(1e-2, exchange.grad_norm(0.0).coef);
+        opt.step(1e-2, exchange.grad_norm(0.0).coef);
+    };
+    // Before an exchange there are no gradients to update from, or to take a norm of.
+    CHECK_THROWS_WITH(sharded.step(1e-2), Contains("ZeRO-1's update needs the exchanged gradients"));
+    CHECK_THROWS_WITH(exchange.grad_norm(1.0), Contains("needs the exchanged gradients first"));
+    for (int step = 1; step <= 3; ++step) {
+        reference_step();
+        sharded_step(sharded);
         INFO("step " << step);
         CHECK(za.to_vector<float>() == ra.to_vector<float>());
         CHECK(zb.to_vector<float>() == rb.to_vector<float>());
@@ -549,15 +558,8 @@ TEST_CASE("the exchange over one rank: ZeRO-1's AdamW is AdamW, bit for bit", "[
     for (auto& [name, t] : resumed.named_state())
         *t = Tensor::from_vector(saved.at(name), t->shape());
     resumed.shard_state();
-    reference.zero_grad();
-    loss_of(ra, rb).backward();
-    reference.step(1e-2, grad_norm({&ra, &rb}, 0.0).coef);
-    resumed.zero_grad();
-    exchange.attach_gradients();
-    exchange.arm();
-    loss_of(za, zb).backward();
-    exchange.finish();
-    resumed.step(1e-2, exchange.grad_norm(0.0).coef);
+    reference_step();
+    sharded_step(resumed);
     CHECK(za.to_vector<float>() == ra.to_vector<float>());
     CHECK(zb.to_vector<float>() == rb.to_vector<float>());
 
@@ -569,3 +571,41 @@ TEST_CASE("the exchange over one rank: ZeRO-1's AdamW is AdamW, bit for bit", "[
     CHECK_THROWS_WITH(exchange.finish(),
                       Contains("parameter 'b' got no gradient in this step"));
 }
+
+TEST_CASE("the exchange refuses what it cannot send, naming it", "[distributed]") {
+    TcpGroup group(DistributedEnv{}, 5.0);
+    std::unique_ptr<Collectives> comm = tcp_collectives(group);
+    Tensor w = Tensor::zeros({3});
+    w.set_requires_grad(true);
+    Tensor d = Tensor::zeros({3}, DType::f64);
+    d.set_requires_grad(true);
+    CHECK_THROWS_WITH(GradientExchange({{"w", &w}}, *comm, 0, 1, false, 16, DType::f16),
+                      Contains("[grad_exchange] gradients travel as f32 or bf16, not f16"));
+    CHECK_THROWS_WITH(GradientExchange({{"w", &w}, {"d", &d}}, *comm, 0, 1, false, 16),
+                      Contains("parameter 'd' is f64 on cpu: the exchange takes f32 parameters"));
+    GradientExchange plain({{"w", &w}}, *comm, 0, 1, false, 16);
+    CHECK_THROWS_WITH(ShardedAdamW({{"w", &w}}, AdamWOptions{}, plain),
+                      Contains("ShardedAdamW needs an exchange with ZeRO-1 on"));
+    CHECK_THROWS_WITH(test::tiny_addition_run("/tmp/fg_exchange_dtype", 2,
+                                              {"train.exchange_dtype=f16"}),
+                      Contains("train.exchange_dtype"));
+}
+
+TEST_CASE("a rank sees when another closed its connection", "[distributed]") {
+    const int port = free_port();
+    std::string lost_before, lost_after;
+    std::thread other([&] {
+        TcpGroup group(rank_env(1, 2, port), 20.0);
+        group.barrier();
+    });  // rank 1 leaves after the barrier, closing its connection
+    {
+        TcpGroup group(rank_env(0, 2, port), 20.0);
+        lost_before = group.peers_lost();
+        group.barrier();
+        other.join();
+        lost_after = group.peers_lost();
+    }
+    CHECK(lost_before.empty());
+    CHECK(lost_after == "rank 1 closed its connection (it stopped)");
+}
+

@@ -416,15 +416,12 @@ std::vector<Tensor> GradientExchange::gather_on_host(const Tensor& mine, bool ke
 ShardedAdamW::ShardedAdamW(std::vector<NamedParam> params, const AdamWOptions& options,
                            GradientExchange& exchange)
     : Optimizer(std::move(params)), opt_(options), exchange_(exchange) {
-    FG_CHECK(opt_.beta1 >= 0 && opt_.beta1 < 1 && opt_.beta2 >= 0 && opt_.beta2 < 1, "adamw",
-             "betas must be in [0, 1), got ", opt_.beta1, ", ", opt_.beta2);
-    FG_CHECK(opt_.eps > 0 && opt_.weight_decay >= 0, "adamw", "eps must be > 0 and weight_decay "
-             ">= 0, got ", opt_.eps, ", ", opt_.weight_decay);
+    check_adamw_options(opt_);
     FG_CHECK(exchange_.zero(), "adamw", "ShardedAdamW needs an exchange with ZeRO-1 on");
     const Device device = params_[0].param->device();
     m_ = Tensor::zeros({exchange_.shard_numel()}, DType::f32, device);
     v_ = Tensor::zeros({exchange_.shard_numel()}, DType::f32, device);
-    for (const NamedParam& np : params_) decay_.push_back(np.param->dim() >= 2);  // as AdamW
+    for (const NamedParam& np : params_) decay_.push_back(adamw_decays(*np.param));
     m_whole_.resize(params_.size());
     v_whole_.resize(params_.size());
 }
@@ -453,12 +450,7 @@ void ShardedAdamW::step(double lr, const Tensor& grad_scale) {
 }
 
 std::vector<std::pair<std::string, Tensor*>> ShardedAdamW::named_state() {
-    std::vector<std::pair<std::string, Tensor*>> out;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-        out.emplace_back(params_[i].name + ".exp_avg", &m_whole_[i]);
-        out.emplace_back(params_[i].name + ".exp_avg_sq", &v_whole_[i]);
-    }
-    return out;
+    return adamw_named_state(params_, m_whole_, v_whole_);
 }
 
 void ShardedAdamW::gather_state() {

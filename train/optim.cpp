@@ -59,12 +59,26 @@ void Optimizer::zero_grad() {
     for (NamedParam& np : params_) np.param->zero_grad();
 }
 
+void check_adamw_options(const AdamWOptions& o) {
+    FG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "adamw",
+             "betas must be in [0, 1), got ", o.beta1, ", ", o.beta2);
+    FG_CHECK(o.eps > 0 && o.weight_decay >= 0, "adamw", "eps must be > 0 and weight_decay "
+             ">= 0, got ", o.eps, ", ", o.weight_decay);
+}
+
+std::vector<std::pair<std::string, Tensor*>> adamw_named_state(
+    const std::vector<NamedParam>& params, std::vector<Tensor>& m, std::vector<Tensor>& v) {
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        out.emplace_back(params[i].name + ".exp_avg", &m[i]);
+        out.emplace_back(params[i].name + ".exp_avg_sq", &v[i]);
+    }
+    return out;
+}
+
 AdamW::AdamW(std::vector<NamedParam> params, const AdamWOptions& options)
     : Optimizer(std::move(params)), opt_(options) {
-    FG_CHECK(opt_.beta1 >= 0 && opt_.beta1 < 1 && opt_.beta2 >= 0 && opt_.beta2 < 1, "adamw",
-             "betas must be in [0, 1), got ", opt_.beta1, ", ", opt_.beta2);
-    FG_CHECK(opt_.eps > 0 && opt_.weight_decay >= 0, "adamw", "eps must be > 0 and weight_decay "
-             ">= 0, got ", opt_.eps, ", ", opt_.weight_decay);
+    check_adamw_options(opt_);
     for (const NamedParam& np : params_) {
         const Tensor& p = *np.param;
         FG_CHECK(p.dtype() == DType::f32 || (p.dtype() == DType::f64 && !p.is_cuda()), "adamw",
@@ -72,7 +86,7 @@ AdamW::AdamW(std::vector<NamedParam> params, const AdamWOptions& options)
                  dtype_name(p.dtype()));
         m_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
         v_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
-        decay_.push_back(p.dim() >= 2);
+        decay_.push_back(adamw_decays(p));
     }
 }
 
@@ -151,12 +165,7 @@ void AdamW::step_on_device(const Tensor& grad_scale, const kernels::AdamWStep* c
 }
 
 std::vector<std::pair<std::string, Tensor*>> AdamW::named_state() {
-    std::vector<std::pair<std::string, Tensor*>> out;
-    for (std::size_t i = 0; i < m_.size(); ++i) {
-        out.emplace_back(params_[i].name + ".exp_avg", &m_[i]);
-        out.emplace_back(params_[i].name + ".exp_avg_sq", &v_[i]);
-    }
-    return out;
+    return adamw_named_state(params_, m_, v_);
 }
 
 SGD::SGD(std::vector<NamedParam> params, const SGDOptions& options)

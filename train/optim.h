@@ -118,6 +118,14 @@ GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm);
 // The same over gradient tensors themselves (undefined ones skipped).
 GradNorm grad_norm_of(const std::vector<Tensor>& grads, double max_norm);
 
+// What AdamW and ZeRO-1's ShardedAdamW (train/grad_exchange.h) share: the check of their
+// options (an error naming the bad one), which parameters decay (2 or more dims), and the names
+// their moments have in checkpoints ("<param>.exp_avg", "<param>.exp_avg_sq").
+void check_adamw_options(const AdamWOptions& options);
+inline bool adamw_decays(const Tensor& param) { return param.dim() >= 2; }
+std::vector<std::pair<std::string, Tensor*>> adamw_named_state(
+    const std::vector<NamedParam>& params, std::vector<Tensor>& m, std::vector<Tensor>& v);
+
 // One AdamW update (AdamW::step's arithmetic, at update t and learning rate lr) of raw f32 pieces
 // of parameters on `device` (values, gradient and moments; ZeRO-1's slices): the multi-tensor
 // kernel on CUDA, the same operations on the CPU. grad_scale as Optimizer::step's.

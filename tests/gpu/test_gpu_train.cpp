@@ -207,6 +207,18 @@ TEST_CASE("the memory estimate of a step is close to the CUDA allocator's peak",
     }
 }
 
+TEST_CASE("a GPU index this process does not see is refused, naming both", "[gpu][train]") {
+    REQUIRE(cuda_is_available());
+    CudaBackend& cuda = cuda_backend("test");
+    const int gpus = cuda.device_count();
+    REQUIRE(gpus >= 1);
+    CHECK_THROWS_WITH(cuda.select_device(gpus), Catch::Matchers::Contains(
+                                                    "GPU " + std::to_string(gpus) +
+                                                    " asked for, but this process sees " +
+                                                    std::to_string(gpus)));
+    cuda.select_device(0);  // the device every other test uses
+}
+
 TEST_CASE("NCCL sums over one rank, or a build without it refuses CUDA ranks saying so",
           "[gpu][train][distributed]") {
     REQUIRE(cuda_is_available());
