@@ -10,9 +10,9 @@
 #   run, NANOGPT_STEPS (default 300) steps each, in one call. NANOGPT_DIR is a nanoGPT checkout
 #   carried to the machine (not part of this repository; e.g. `git --git-dir=MIRROR archive HEAD
 #   | tar -x -C .nanogpt` of a fetched copy, then carry .nanogpt, which .gitignore ignores).
-#   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh), then tokens/s on DDP_GPUS
+#   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh; DDP_TEST=0 skips it), then tokens/s on DDP_GPUS
 #   (default 1 2 4, those the machine has) for DDP_MODELS (default "baby gpt2"), fusegrad (bf16;
-#   ZeRO-1 off and on with bf16 sums, off with f32 sums) and PyTorch DDP (bf16 autocast, f32
+#   DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off with f32 sums) and PyTorch DDP (bf16 autocast, f32
 #   sums, torch.compile), each GPU with the one-GPU batch;
 #   the table by bench/scaling_report.py.
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
@@ -27,7 +27,7 @@ status=0
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DFG_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
-cmake --build build-gpu -j16 > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 for step in $what; do
     case $step in
         tests|all)
@@ -171,8 +171,11 @@ PY
             ;;&
         ddp)
             export NCCL_NVLS_ENABLE=0
-            bash tests/distributed_gpu.sh build-gpu/train/fusegrad > "$out/distributed_gpu.log" 2>&1 || status=1
-            tail -1 "$out/distributed_gpu.log"
+            if [ "${DDP_TEST:-1}" = 1 ]; then
+                bash tests/distributed_gpu.sh build-gpu/train/fusegrad > "$out/distributed_gpu.log" 2>&1 ||
+                    status=1
+                tail -1 "$out/distributed_gpu.log"
+            fi
             have=$(nvidia-smi -L | grep -c '^GPU')
             runs=/tmp/fg-ddp
             rm -rf "$runs" && mkdir -p "$runs"
@@ -191,7 +194,7 @@ PY
                     b=$((per_gpu * n))
                     # ZeRO off and on (bf16 sums: train.exchange_dtype auto), and off with f32
                     # sums as PyTorch DDP sends them.
-                    for variant in zero0:auto zero1:auto f32sums:f32; do
+                    for variant in ${DDP_VARIANTS:-zero0:auto zero1:auto f32sums:f32}; do
                         name=${variant%%:*} wire=${variant##*:} zero=0
                         [ "$name" = zero1 ] && zero=1
                         dir=$runs/fusegrad-${name}_${model}_$n
@@ -203,11 +206,14 @@ PY
                             --set train.zero=$zero --set train.exchange_dtype=$wire \
                             --set train.out_dir="$dir" --max-steps $steps --ranks "$n" \
                             > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
+                        echo "$(date +%T) fusegrad $name $model on $n GPU(s): $(grep -c '"ms"' \
+                            "$dir/metrics.jsonl" 2>/dev/null) steps"
                     done
                     PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
                         bench/train_torch.py $cfg "$runs/torch-ddp-compile_${model}_$n" --mode bf16 --compile \
                         --steps $steps --eval-iters 1 $tsets $common --set train.batch_size=$b \
                         > "$runs/torch_${model}_$n.log" 2>&1 || { status=1; tail -5 "$runs/torch_${model}_$n.log"; }
+                    echo "$(date +%T) PyTorch DDP $model on $n GPU(s): $(tail -1 "$runs/torch_${model}_$n.log")"
                 done
             done
             python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"

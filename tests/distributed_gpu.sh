@@ -2,11 +2,10 @@
 # tests/distributed_gpu.sh FUSEGRAD: data-parallel training on two GPUs (NCCL, train/grad_exchange.h)
 # against one GPU at the same global batch, over the first 50 steps of the addition task:
 #   1. fp32 and bf16, each with and without ZeRO-1 (train.zero), in buckets small enough that
-#      several are exchanged during the backward: every step's loss within the precision's noise
-#      of the one-GPU run's (fp32: 1e-3; bf16: the largest step-loss difference between the
-#      one-GPU bf16 and fp32 runs, bf16's own distance from fp32), the two ranks' weights
-#      bitwise identical after step 50 (the trainer's hash), every bucket's exchange started
-#      during the backward;
+#      several are exchanged during the backward: every step's loss against the one-GPU fp32
+#      run's (fp32: within 1e-3; bf16: within bf16's own noise, as `compare` below defines it
+#      from the one-GPU bf16 run), the two ranks' weights bitwise identical after step 50 (the
+#      trainer's hash), every bucket's exchange started during the backward;
 #   2. the ZeRO-1 run's checkpoint resumes on one GPU.
 # Skipped (exit 77) on a machine with fewer than two GPUs or a build without NCCL.
 set -euo pipefail
@@ -24,13 +23,43 @@ sets=(--set train.device=cuda --set model.n_layer=2 --set model.n_embd=128 --set
       --set train.eval_interval=25 --set train.checkpoint_interval=25 --set train.eval_iters=2
       --set train.bucket_mb=0.05)
 
-# The largest difference between two runs' step losses (50 steps each).
-max_diff() {
-    paste <(grep '"ms"' "$1") <(grep '"ms"' "$2") | awk -F'\t' '{
-        split($1, a, /"loss":/); split(a[2], x, ",");
-        split($2, b, /"loss":/); split(b[2], y, ",");
-        d = x[1] - y[1]; if (d < 0) d = -d; if (d > m) m = d; n++
-    } END { if (n != 50) { print "steps: " n; exit 1 } printf "%.3g\n", m }'
+# compare.py REFERENCE NOISE RUN TOL: every step's |RUN - REFERENCE| loss difference against a
+# bound. Without NOISE the bound is TOL at every step. With NOISE (a one-GPU bf16 run), it is
+# 2 x the largest |NOISE - REFERENCE| up to that step, plus TOL: a second bf16 run is another
+# sample of bf16's rounding noise, which may land on the other side of the reference (hence 2x),
+# and the bound grows only as bf16's own distance from fp32 has grown by that step, so the early
+# steps, where bf16 and fp32 agree to ~1e-4, are held to that. Prints the largest difference and
+# its bound; exits 1, listing the three loss curves, where any step is over its bound.
+compare() {
+    python3 - "$@" <<'PY'
+import json, sys
+def losses(path):
+    rows = [json.loads(l) for l in open(path + "/metrics.jsonl") if '"ms"' in l]
+    if len(rows) != 50:
+        sys.exit("%s: %d steps, not 50" % (path, len(rows)))
+    return [r["loss"] for r in rows]
+ref, noise_dir, run, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+a, c = losses(ref), losses(run)
+b = losses(noise_dir) if noise_dir != "-" else None
+envelope, worst, worst_bound, over = 0.0, 0.0, tol, []
+for i in range(50):
+    bound = tol
+    if b is not None:
+        envelope = max(envelope, abs(b[i] - a[i]))
+        bound = 2 * envelope + tol
+    d = abs(c[i] - a[i])
+    if d > worst:
+        worst, worst_bound = d, bound
+    if d > bound:
+        over.append("step %d: %.4g > %.4g" % (i + 1, d, bound))
+print("max loss difference %.3g (bound there %.3g)" % (worst, worst_bound))
+if over:
+    print("over the bound: " + "; ".join(over[:5]))
+    for name, curve in (("one GPU fp32", a), ("one GPU bf16", b), (run, c)):
+        if curve:
+            print("  %s: %s" % (name, " ".join("%.4f" % x for x in curve)))
+    sys.exit(1)
+PY
 }
 
 for precision in fp32 bf16; do
@@ -38,11 +67,11 @@ for precision in fp32 bf16; do
         --set train.out_dir="$work/one_$precision" > "$work/one_$precision.log" 2>&1 ||
         { cat "$work/one_$precision.log"; exit 1; }
 done
-bf16_noise=$(max_diff "$work/one_fp32/metrics.jsonl" "$work/one_bf16/metrics.jsonl")
-summary=" bf16 against fp32 on one GPU: $bf16_noise;"
+failed=0
+summary=""
 for precision in fp32 bf16; do
-    tol=1e-3
-    [ "$precision" = bf16 ] && tol=$bf16_noise
+    noise=-
+    [ "$precision" = bf16 ] && noise=$work/one_bf16
     for zero in 0 1; do
         run=two_${precision}_zero$zero
         "$bin" train configs/addition.yaml "${sets[@]}" --set train.precision=$precision \
@@ -53,12 +82,15 @@ for precision in fp32 bf16; do
         line=$(grep "^ranks: the last step started" "$work/$run.log")
         read -r started of buckets <<< "$(sed 's/.*started \([0-9]*\) of \([0-9]*\) .*/\1 of \2/' <<< "$line")"
         [ "$started" = "$buckets" ] && [ "$buckets" -gt 3 ] || { echo "$run: $line"; exit 1; }
-        d=$(max_diff "$work/one_$precision/metrics.jsonl" "$work/$run/metrics.jsonl")
-        awk -v d="$d" -v t="$tol" 'BEGIN { exit !(d <= t) }' ||
-            { echo "$run: step losses differ from one GPU's by up to $d (> $tol)"; exit 1; }
-        summary="$summary $run: max loss difference $d (tolerance $tol);"
+        if result=$(compare "$work/one_fp32" "$noise" "$work/$run" 1e-3); then
+            summary="$summary $run: $result;"
+        else
+            echo "$run against one GPU in fp32: $result"
+            failed=1
+        fi
     done
 done
+[ "$failed" = 0 ] || exit 1
 
 # 2. ZeRO-1's checkpoint (AdamW's state gathered whole) resumes on one GPU.
 "$bin" train --resume "$work/two_fp32_zero1" --set train.steps=60 > "$work/resume.log" 2>&1 ||
