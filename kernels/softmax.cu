@@ -1,9 +1,12 @@
-// kernels/softmax.cu: one block per row; passes over the row (max, sum of exponentials, write)
-// are served from L1/L2 after the first read. See softmax.h for the math. Every kernel is a
+// kernels/softmax.cu: one block per row. The softmax's passes over a row (max, sum of
+// exponentials, write) are served from L1/L2 after the first read; the cross-entropy, whose rows
+// are a vocabulary long, reads each row once in its forward (an online maximum and sum) and
+// once in its backward, 16 bytes a load. See softmax.h for the math. Every kernel is a
 // template over the storage type T of the row (float, __nv_bfloat16, __half, float_types.cuh):
 // values are widened to float as they are read and rounded once as they are stored, so the f32
 // instantiation does the same float operations as a float-only kernel would.
 #include <cfloat>
+#include <cstdint>
 
 #include "block_reduce.cuh"
 #include "device_error.cuh"
@@ -54,6 +57,85 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, long long cols,
         dx[row * cols + j] = from_float<T>(to_float(yr[j]) * (to_float(gr[j]) - dot));
 }
 
+// The cross-entropy kernels read rows of a (B T, V) logits matrix, V up to GPT-2's 50304: they
+// are bound by memory, so each thread loads 16 bytes at a time (8 bf16 / f16 values, 4 f32)
+// wherever the row allows it, and the forward reads each row once.
+template <typename T>
+struct alignas(16) Vec16 {
+    static constexpr int kSize = 16 / sizeof(T);
+    T v[kSize];
+};
+
+// The columns of a row this thread handles, split for 16-byte loads: [0, head) one value at a
+// time up to the first 16-byte boundary, then `vectors` whole Vec16s, then the rest one at a time.
+// A row's start is only T-aligned (a row of V values starts at r * V), so head depends on the row.
+struct RowSplit {
+    long long head, vectors;
+};
+template <typename T>
+__device__ __forceinline__ RowSplit split_row(const T* row, long long cols) {
+    constexpr int V = Vec16<T>::kSize;
+    long long misaligned =
+        (long long)(reinterpret_cast<uintptr_t>(row) & 15) / (long long)sizeof(T);
+    long long head = misaligned == 0 ? 0 : min(cols, (long long)V - misaligned);
+    return {head, (cols - head) / V};
+}
+
+// f(j, x[j]) for every column j of the row this thread handles (columns threadIdx.x,
+// threadIdx.x + blockDim.x, ... of each of the three parts), x widened to float.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_in_row(const T* row, long long cols, F&& f) {
+    constexpr int V = Vec16<T>::kSize;
+    RowSplit split = split_row(row, cols);
+    for (long long j = threadIdx.x; j < split.head; j += blockDim.x) f(j, to_float(row[j]));
+    const Vec16<T>* body = reinterpret_cast<const Vec16<T>*>(row + split.head);
+    for (long long i = threadIdx.x; i < split.vectors; i += blockDim.x) {
+        Vec16<T> x = body[i];
+        long long j0 = split.head + i * V;
+#pragma unroll
+        for (int k = 0; k < V; ++k) f(j0 + k, to_float(x.v[k]));
+    }
+    for (long long j = split.head + split.vectors * V + threadIdx.x; j < cols; j += blockDim.x)
+        f(j, to_float(row[j]));
+}
+
+// out[j] = g(j, in[j]) for every column j of the row this thread handles, rounded to T: 16 bytes
+// a load and a store where both rows sit at the same offset from a 16-byte boundary (always when
+// out is in), else one value at a time. in and out may be the same row (the loss's gradient
+// overwrites the logits when nothing else holds them).
+template <typename T, typename G>
+__device__ __forceinline__ void map_row(const T* in, T* out, long long cols, G&& g) {
+    constexpr int V = Vec16<T>::kSize;
+    bool same_offset =
+        ((reinterpret_cast<uintptr_t>(in) ^ reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+    RowSplit split = same_offset ? split_row(in, cols) : RowSplit{cols, 0};
+    for (long long j = threadIdx.x; j < split.head; j += blockDim.x)
+        out[j] = from_float<T>(g(j, to_float(in[j])));
+    const Vec16<T>* body_in = reinterpret_cast<const Vec16<T>*>(in + split.head);
+    Vec16<T>* body_out = reinterpret_cast<Vec16<T>*>(out + split.head);
+    for (long long i = threadIdx.x; i < split.vectors; i += blockDim.x) {
+        Vec16<T> x = body_in[i];
+        long long j0 = split.head + i * V;
+#pragma unroll
+        for (int k = 0; k < V; ++k) x.v[k] = from_float<T>(g(j0 + k, to_float(x.v[k])));
+        body_out[i] = x;
+    }
+    for (long long j = split.head + split.vectors * V + threadIdx.x; j < cols; j += blockDim.x)
+        out[j] = from_float<T>(g(j, to_float(in[j])));
+}
+
+// Threads a cross-entropy block: enough for a long row to keep many loads in flight.
+int cross_entropy_threads(long long cols) {
+    int t = 32;
+    while (t < 512 && t * 8LL < cols) t *= 2;
+    return t;
+}
+
+// One block a row, one pass over it: lse_r = m + log sum_j exp(x_j - m), m = max_j x_j. Each
+// thread keeps a running maximum m_t and s_t = sum over its values of exp(x - m_t), rescaling s_t
+// by exp(m_old - m_new) when its maximum grows (the online softmax); the block then takes
+// M = max_t m_t and S = sum_t s_t exp(m_t - M), and lse = M + log S. A NaN makes s, and so the
+// loss, NaN; a row of -inf gives lse = -inf, as the two-pass formula does.
 template <typename T>
 __global__ void cross_entropy_rows_kernel(const T* logits, const int* targets, long long cols,
                                           int ignore_index, float* row_lse, float* row_loss,
@@ -61,14 +143,19 @@ __global__ void cross_entropy_rows_kernel(const T* logits, const int* targets, l
     __shared__ float scratch[32];
     long long row = blockIdx.x;
     const T* xr = logits + row * cols;
-    float m = -FLT_MAX;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, to_float(xr[j]));
-    m = block_max(m, scratch);
-    float s = 0.0f;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += expf(to_float(xr[j]) - m);
-    s = block_sum(s, scratch);
+    float m = -FLT_MAX, s = 0.0f;
+    for_each_in_row(xr, cols, [&](long long, float x) {
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    });
+    float row_max = block_max(m, scratch);
+    float sum = block_sum(s * expf(m - row_max), scratch);
     if (threadIdx.x == 0) {
-        float lse = m + logf(s);
+        float lse = row_max + logf(sum);
         int t = targets[row];
         row_lse[row] = lse;
         if (t == ignore_index) {
@@ -100,6 +187,8 @@ __global__ void cross_entropy_mean_kernel(const float* row_loss, const int* targ
     }
 }
 
+// dx_j = dloss / count * (exp(x_j - lse) - [j == t]) over the row, written over the logits when
+// dlogits is the logits' buffer; a row with the ignored target gets zeros.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int* targets,
                                               const float* row_lse, const float* inv_count,
@@ -110,13 +199,14 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int* target
     const T* xr = logits + row * cols;
     T* dr = dlogits + row * cols;
     if (t == ignore_index) {
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = from_float<T>(0.0f);
+        map_row(xr, dr, cols, [](long long, float) { return 0.0f; });
         return;
     }
     float scale = dloss[0] * inv_count[0];
     float lse = row_lse[row];
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-        dr[j] = from_float<T>(scale * (expf(to_float(xr[j]) - lse) - (j == t ? 1.0f : 0.0f)));
+    map_row(xr, dr, cols, [=](long long j, float x) {
+        return scale * (expf(x - lse) - (j == t ? 1.0f : 0.0f));
+    });
 }
 
 }  // namespace
@@ -149,7 +239,8 @@ void cross_entropy_forward(ScalarType type, const void* logits, const int* targe
     with_float_type(type, "cross_entropy_forward", [&](auto tag) {
         using T = decltype(tag);
         if (rows == 0) return;
-        cross_entropy_rows_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
+        int threads = cross_entropy_threads(cols);
+        cross_entropy_rows_kernel<T><<<(unsigned)rows, threads, 0, stream()>>>(
             static_cast<const T*>(logits), targets, cols, ignore_index, row_lse, row_loss,
             device_error_record());
         FG_LAUNCH_CHECK();
@@ -166,7 +257,8 @@ void cross_entropy_backward(ScalarType type, const void* logits, const int* targ
     with_float_type(type, "cross_entropy_backward", [&](auto tag) {
         using T = decltype(tag);
         if (rows == 0) return;
-        cross_entropy_backward_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream()>>>(
+        int threads = cross_entropy_threads(cols);
+        cross_entropy_backward_kernel<T><<<(unsigned)rows, threads, 0, stream()>>>(
             static_cast<const T*>(logits), targets, row_lse, inv_count, dloss, cols, ignore_index,
             static_cast<T*>(dlogits));
         FG_LAUNCH_CHECK();

@@ -2,6 +2,7 @@
 // computed in float64, on odd sizes (1, 7, 33, 1000, 4097 columns), with new tensors poisoned so an
 // unwritten element fails. Also: Philox identical on both sides, the caching allocator's steady
 // state, device-side index errors, deterministic backwards. Labelled `gpu`; needs a CUDA device.
+#include <cmath>
 #include <cstdio>
 
 #include "core/allocator.h"
@@ -205,6 +206,39 @@ TEST_CASE("softmax and cross-entropy match the CPU", "[gpu]") {
             Tensor att = random_f32({2, 3, std::min<std::int64_t>(cols, 37), cols});
             check_against_cpu("causal softmax " + std::to_string(cols),
                               [](auto& in) { return softmax(in[0], true); }, {att}, 1e-5);
+        }
+    }
+}
+
+TEST_CASE("16-bit cross-entropy over long and misaligned rows is close to float64", "[gpu]") {
+    // The kernels load 16 bytes at a time where a row allows it: rows of 7 and 33 bf16 / f16
+    // values start at every offset from a 16-byte boundary, 4097 and 50257 leave a tail, 50304 is
+    // GPT-2's padded vocabulary. The reference is float64 on the CPU from the same rounded
+    // logits; a row with the ignored target must get a zero gradient.
+    require_gpu();
+    for (DType dtype : {DType::bf16, DType::f16}) {
+        const double u = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+        for (std::int64_t cols : {7, 33, 4097, 50257, 50304}) {
+            const std::int64_t rows = 37;
+            INFO(dtype_name(dtype) << " " << size_name(rows, cols));
+            Tensor x = random_f32({rows, cols}, Device::cpu, 3.0f).to(dtype);
+            std::vector<std::int32_t> t = randint({rows}, static_cast<std::int32_t>(cols))
+                                              .to_vector<std::int32_t>();
+            t[1] = -1;
+            Tensor targets = Tensor::from_vector(t, {rows});
+            Tensor ref_x = x.to(DType::f64).detach().set_requires_grad(true);
+            Tensor gpu_x = x.to(Device::cuda).detach().set_requires_grad(true);
+            Tensor ref_loss = cross_entropy(ref_x, targets);
+            Tensor gpu_loss = cross_entropy(gpu_x, targets.to(Device::cuda));
+            REQUIRE(gpu_loss.dtype() == DType::f32);
+            CHECK(std::abs(gpu_loss.item() - ref_loss.item()) <= 1e-5 * std::abs(ref_loss.item()));
+            ref_loss.backward();
+            gpu_loss.backward();
+            std::vector<double> grad = gpu_x.grad().to_vector<double>();
+            CHECK(rel_error(grad, ref_x.grad().to_vector<double>()) <= u);
+            bool ignored_row_zero = true;
+            for (std::int64_t j = 0; j < cols; ++j) ignored_row_zero &= grad[cols + j] == 0.0;
+            CHECK(ignored_row_zero);
         }
     }
 }
