@@ -7,11 +7,16 @@ kernels' own times from the profiler. When the host's time is near or above the 
 model is bound by the host; when the timer's figure is far above the kernels' sum, the timer
 measured the host.
 
-Usage: python3 bench/norm_torch_overhead.py [--reps N] [--case KIND:DTYPE:MxN ...]
-(default cases: the rows of docs/pytorch.md that stood out, and their neighbours)
+Usage: python3 bench/norm_torch_overhead.py [--reps N] [--case KIND:DTYPE:MxN ...] [--profile N]
+(default cases: the rows of docs/pytorch.md that stood out, and their neighbours). --profile N
+also runs N forward + backward calls of fusegrad's module under cProfile for the first case and
+prints the functions that took the host's time, by their own time: where the launch cost is.
 """
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -68,11 +73,35 @@ def measure(impl, kind, dtype, m, n, reps):
             "spin_cycles": timer.lead, "host_bound_reps": timer.host_bound}
 
 
+def profile_host(kind, dtype, m, n, calls):
+    """cProfile over `calls` forward + backward calls of fusegrad's module (the host's side)."""
+    module = module_for("fusegrad", kind, n, dtype)
+    x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn(m, n, device="cuda", dtype=dtype)
+    params = list(module.parameters())
+    for _ in range(5):
+        torch.autograd.grad(module(x), [x] + params, dy)
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        torch.autograd.grad(module(x), [x] + params, dy)
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    print("\nhost profile of %d fusegrad forward + backward calls (%s %s %dx%d), by own time:"
+          % (calls, kind, dtype, m, n))
+    print(text.getvalue())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--case", action="append", default=None, metavar="KIND:DTYPE:MxN")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="cProfile N fusegrad calls of the first case (0: no profile)")
     args = ap.parse_args()
     print("%s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__))
     print("| case | impl | host ms (launch fwd+bwd) | timer ms | kernels ms (profiler) | "
@@ -91,6 +120,10 @@ def main():
             except Exception as e:  # say what failed and go on with the next
                 print("| %s | %s | error: %s |" % (case, impl, str(e).splitlines()[0][:120]),
                       flush=True)
+    if args.profile > 0:
+        kind, dtype_name, shape = (args.case or DEFAULT_CASES)[0].split(":")
+        m, n = (int(v) for v in shape.split("x"))
+        profile_host(kind, getattr(torch, dtype_name), m, n, args.profile)
 
 
 if __name__ == "__main__":
