@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "core/cuda_backend.h"
 #include "core/error.h"
+#include "core/ops/op_utils.h"
 #include "../test_helpers.h"
 
 using namespace fg;
@@ -145,6 +146,38 @@ TEST_CASE("reductions match the CPU", "[gpu]") {
     Tensor big = random_f32({1 << 24});
     double ref = sum(big.to(DType::f64)).item();
     REQUIRE(std::fabs(sum(big.to(Device::cuda)).item() - ref) <= 1e-5 * std::sqrt(1 << 24));
+}
+
+TEST_CASE("column sums: vector and scalar loads agree bit for bit, 16-bit sums round the f32 one",
+          "[gpu]") {
+    // The column sum (the bias gradient) loads 4 columns at a time where the rows are aligned
+    // for it and one at a time where not, with the same additions in the same order, for every
+    // storage type: so a sum over a misaligned view equals the sum over an aligned copy, and a
+    // bf16 / f16 sum is the f32 sum of the widened values, rounded once.
+    require_gpu();
+    for (std::int64_t cols : {2, 3, 4, 7, 768, 1000}) {
+        for (std::int64_t rows : {1, 37, 16384}) {
+            INFO(size_name(rows, cols));
+            const std::int64_t n = rows * cols;
+            Tensor flat = random_f32({n + 1}, Device::cuda);
+            Tensor shifted = flat.slice(1, n + 1).reshape({rows, cols});  // 4 bytes off alignment
+            Tensor aligned =
+                flat.slice(1, n + 1).to(Device::cpu).to(Device::cuda).reshape({rows, cols});
+            std::vector<double> a = ops_detail::sum_to(shifted, {cols}).to_vector<double>();
+            std::vector<double> b = ops_detail::sum_to(aligned, {cols}).to_vector<double>();
+            CHECK(a == b);
+            Tensor aligned64 = aligned.to(Device::cpu).to(DType::f64);
+            std::vector<double> ref = ops_detail::sum_to(aligned64, {cols}).to_vector<double>();
+            CHECK(rel_error(b, ref) <= 1e-5);
+            for (DType dtype : {DType::bf16, DType::f16}) {
+                INFO(dtype_name(dtype));
+                Tensor x16 = cast(aligned, dtype);
+                Tensor want = cast(ops_detail::sum_to(cast(x16, DType::f32), {cols}), dtype);
+                CHECK(ops_detail::sum_to(x16, {cols}).to_vector<double>() ==
+                      want.to_vector<double>());
+            }
+        }
+    }
 }
 
 TEST_CASE("matmul matches the CPU in every layout", "[gpu]") {
