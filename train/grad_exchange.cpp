@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/cuda_backend.h"
@@ -32,6 +33,29 @@ void copy_values(const Tensor& dst, std::int64_t dst_at, const Tensor& src, std:
         cuda_backend("grad_exchange").copy_device_to_device(d, s, bytes);
     else
         std::memcpy(d, s, bytes);
+}
+
+// flat[0 .. n) = share * sums[0 .. n) in f32, where sums holds the exchange's f32 sums (then it
+// is flat itself: scaled in place) or their bf16 rounding (widened into flat first). One pass
+// over the values where a scale, a new tensor and a copy back would make three. The product is
+// the same float multiplication on both devices, so every rank gets the same bits.
+void average_into(const Tensor& flat, const Tensor& sums, std::int64_t n, float share) {
+    if (n <= 0) return;
+    float* out = flat.data<float>();
+    if (flat.is_cuda()) {
+        CudaBackend& cuda = cuda_backend("grad_exchange");
+        if (sums.dtype() != DType::f32)  // the wire's only other type is bf16
+            cuda.cast(sums.raw_data(), kernels::ScalarType::bf16, out, kernels::ScalarType::f32,
+                      n);
+        cuda.scale(kernels::ScalarType::f32, out, share, out, n);
+        return;
+    }
+    if (sums.dtype() == DType::f32) {
+        for (std::int64_t i = 0; i < n; ++i) out[i] = share * out[i];
+    } else {
+        std::vector<float> wide = sums.slice(0, n).to_vector<float>();
+        for (std::int64_t i = 0; i < n; ++i) out[i] = share * wide[static_cast<std::size_t>(i)];
+    }
 }
 
 void set_zero(const Tensor& t) {
@@ -337,10 +361,9 @@ void GradientExchange::finish() {
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];
         // Into the bucket, where the attached gradients are; into each gradient otherwise.
-        const Tensor summed = wire_ == DType::bf16 ? cast(wire_flat_[b], DType::f32) : flat_[b];
+        average_into(flat_[b], wire_ == DType::bf16 ? wire_flat_[b] : flat_[b], l.numel,
+                     static_cast<float>(share));
         wire_flat_[b] = Tensor();
-        const Tensor averaged = scale(summed.slice(0, l.numel), share);
-        copy_values(flat_[b], 0, averaged, 0, l.numel);
         for (std::size_t k = 0; k < l.params.size(); ++k) {
             Tensor g = params_[static_cast<std::size_t>(l.params[k])].param->grad();
             copy_values(g, 0, flat_[b], l.offsets[k], g.numel());
