@@ -329,14 +329,18 @@ TEST_CASE("layout ops and casts match the CPU", "[gpu]") {
     Tensor h = random_f32({2, 37, 4 * 33});
     check_against_cpu("heads", [](auto& in) { return merge_heads(gelu(split_heads(in[0], 4))); },
                       {h}, 1e-5);
-    // Casts: the device conversions are the host's, bit for bit.
+    // Casts: the device conversions are the host's, bit for bit, four at a time from aligned
+    // arrays and one at a time from a view one element off (and for the 4097th value).
     Tensor v = random_f32({4097}, Device::cpu, 100.0f);
     for (DType t : {DType::bf16, DType::f16, DType::i32}) {
-        INFO("cast to " << dtype_name(t));
-        Tensor on_gpu = v.to(Device::cuda).to(t);
-        Tensor on_cpu = v.to(t);
-        REQUIRE(on_gpu.to_vector<double>() == on_cpu.to_vector<double>());
-        REQUIRE(on_gpu.to(DType::f32).to_vector<float>() == on_cpu.to(DType::f32).to_vector<float>());
+        for (std::int64_t first : {0, 1}) {
+            INFO("cast to " << dtype_name(t) << " from element " << first);
+            Tensor on_gpu = cast(v.to(Device::cuda).slice(first, 4097), t);
+            Tensor on_cpu = cast(v.slice(first, 4097), t);
+            REQUIRE(on_gpu.to_vector<double>() == on_cpu.to_vector<double>());
+            REQUIRE(cast(on_gpu.slice(first, on_gpu.size(0)), DType::f32).to_vector<float>() ==
+                    cast(on_cpu.slice(first, on_cpu.size(0)), DType::f32).to_vector<float>());
+        }
     }
     check_against_cpu("cast bf16 round trip",
                       [](auto& in) { return in[0].dtype() == DType::f64 ? in[0] :
