@@ -2,6 +2,7 @@
 // kernels library, and turns device-side error records into fg::Error at synchronisations. The
 // memory methods are written here by hand; the kernel launchers are generated from cuda_ops.def.
 #include "kernels/embedding.h"
+#include "kernels/linear_lt.h"
 #include "kernels/matmul.h"
 #include "kernels/nccl.h"
 #include "kernels/reduce.h"

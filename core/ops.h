@@ -51,6 +51,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 void set_allow_tf32(bool allowed);
 bool allow_tf32();
 
+// ---- a linear layer's product (ops/linear.cpp) -------------------------------------------------
+// y = x @ weight^T + bias (bias may be undefined), x (..., K), weight (N, K), bias (N), computed
+// in x's dtype: parameters of another float type take part as rounded copies and get their
+// gradients in their own type. It is cast(weight) -> matmul -> add(cast(bias)); for 16-bit CUDA
+// inputs with f32 parameters and a bias, one cuBLASLt product with the bias in its epilogue, and
+// in the backward the f32 weight gradient and the bias gradient from one product.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// Why cuBLASLt refused the first linear call it refused (that call, and those like it, ran as the
+// composition: the same values to rounding, more kernels), or "" while it has refused none.
+std::string linear_epilogue_failure();
+
 // ---- softmax and loss (ops/softmax.cpp) ------------------------------------------------------
 // Softmax over the last dim. causal: x is (..., Tq, Tk) and query i sees keys j <= i + Tk - Tq.
 Tensor softmax(const Tensor& x, bool causal = false);

@@ -29,13 +29,10 @@ Tensor Linear::forward(const Tensor& x) const {
     FG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear",
              "input's last dim is ", x.defined() && x.dim() ? x.size(-1) : 0, ", the layer takes ",
              weight.size(1));
-    // The layer computes in its input's dtype: f32 weights meet bf16 activations as bf16 copies
-    // (a recorded cast, so their gradients come back to the f32 weights).
-    Tensor w = cast(weight, x.dtype());
-    Tensor y = x.dim() == 1 ? matmul(x.reshape({1, x.size(0)}), w, false, true)
-                                  .reshape({weight.size(0)})
-                            : matmul(x, w, false, true);
-    return bias.defined() ? add(y, cast(bias, x.dtype())) : y;
+    // The layer computes in its input's dtype: f32 weights meet bf16 activations as bf16 copies,
+    // and their gradients come back to the f32 weights (core/ops.h, linear).
+    return x.dim() == 1 ? linear(x.reshape({1, x.size(0)}), weight, bias).reshape({weight.size(0)})
+                        : linear(x, weight, bias);
 }
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, float init_std,

@@ -113,6 +113,27 @@ TEST_CASE("matmul, batched and transposed: gradients", "[ops][grad]") {
     }
 }
 
+TEST_CASE("linear: gradients, with and without a bias, and its bad shapes", "[ops][grad]") {
+    using Catch::Matchers::Contains;
+    std::int64_t m = random_dim(1, 5), k = random_dim(1, 6), n = random_dim(1, 6);
+    auto x = random_f64({2, m, k});
+    auto w = random_f64({n, k});
+    auto b = random_f64({n});
+    check_gradients([](auto& in) { return linear(in[0], in[1], in[2]); }, {x, w, b});
+    check_gradients([](auto& in) { return linear(in[0], in[1], Tensor()); }, {x, w});
+    // It is x @ w^T + b, value for value.
+    Tensor y = linear(x, w, b);
+    Tensor want = add(matmul(x, w, false, true), b);
+    CHECK(y.to_vector<double>() == want.to_vector<double>());
+    REQUIRE_THROWS_WITH(linear(random_f64({3, k + 1}), w, b),
+                        Contains("[linear] input of shape (3, " + std::to_string(k + 1) +
+                                 ") does not fit weight"));
+    REQUIRE_THROWS_WITH(linear(x, w, random_f64({n + 1})),
+                        Contains("[linear] bias of shape (" + std::to_string(n + 1) +
+                                 ") does not fit weight"));
+    REQUIRE_THROWS_WITH(linear(x, random_f64({n}), b), Contains("[linear] weight must be 2-D"));
+}
+
 TEST_CASE("matmul matches a hand-worked product", "[ops]") {
     Tensor a = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
     Tensor b = Tensor::from_vector(std::vector<double>{7, 8, 9, 10, 11, 12}, {3, 2});

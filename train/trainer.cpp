@@ -904,6 +904,8 @@ void Trainer::run(std::int64_t stop_at) {
                 log_ << "attention: cuDNN refused q, k, v where the QKV projection writes them, "
                         "so it runs between permutes: " << packed_cudnn_attention_failure()
                      << "\n";
+            if (first && !linear_epilogue_failure().empty())
+                log_ << "linear: " << linear_epilogue_failure() << "\n";
             if (first && no_graph.empty()) {
                 try {
                     graph_ = std::make_unique<CapturedStep>(

@@ -180,6 +180,55 @@ TEST_CASE("column sums: vector and scalar loads agree bit for bit, 16-bit sums r
     }
 }
 
+TEST_CASE("16-bit linear with cuBLASLt's bias epilogues is close to float64", "[gpu]") {
+    // linear() on bf16 / f16 CUDA inputs with f32 parameters and a bias runs one product with the
+    // bias in its epilogue, and its backward writes the f32 weight gradient and the bias gradient
+    // from one product (core/ops/linear.cpp). Against float64 on the CPU from the same rounded
+    // values: y and dx within a rounding of their 16-bit type, dw and db (f32, never rounded to 16
+    // bits) within fp32 accumulation's error. GPT-2's shapes and small ones must take the
+    // epilogues (no refusal); a row of 7 values (14 bytes, no aligned rows) may be refused, and
+    // then runs the composition, whose dw and db are rounded to 16 bits once.
+    require_gpu();
+    struct Case {
+        std::int64_t m, k, n;
+        bool must_fuse;
+    };
+    // The cases that must take the epilogues first: a refusal is remembered for the process.
+    for (Case c : {Case{64, 768, 2304, true}, Case{64, 3072, 768, true}, Case{37, 64, 96, true},
+                   Case{33, 7, 5, false}}) {
+        for (DType dtype : {DType::bf16, DType::f16}) {
+            const double u = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+            INFO(dtype_name(dtype) << " m " << c.m << " k " << c.k << " n " << c.n);
+            Tensor x = random_f32({c.m, c.k}).to(dtype);
+            Tensor w = random_f32({c.n, c.k}, Device::cpu, 0.1f);
+            Tensor b = random_f32({c.n});
+            Tensor g = random_f32({c.m, c.n}).to(dtype);
+            Tensor gx = x.to(Device::cuda).detach().set_requires_grad(true);
+            Tensor gw = w.to(Device::cuda).detach().set_requires_grad(true);
+            Tensor gb = b.to(Device::cuda).detach().set_requires_grad(true);
+            Tensor y = linear(gx, gw, gb);
+            REQUIRE(y.dtype() == dtype);
+            if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());
+            y.backward(g.to(Device::cuda));
+            REQUIRE(gw.grad().dtype() == DType::f32);
+            // float64 from the values the GPU used: x, g and the parameters rounded to dtype.
+            Tensor rx = x.to(DType::f64).detach().set_requires_grad(true);
+            Tensor rw = cast(w, dtype).to(DType::f64).detach().set_requires_grad(true);
+            Tensor rb = cast(b, dtype).to(DType::f64).detach().set_requires_grad(true);
+            Tensor ry = add(matmul(rx, rw, false, true), rb);
+            ry.backward(g.to(DType::f64));
+            CHECK(rel_error(y.to_vector<double>(), ry.to_vector<double>()) <= u);
+            CHECK(rel_error(gx.grad().to_vector<double>(), rx.grad().to_vector<double>()) <= u);
+            // Where the forward was refused, the composition's 16-bit dw and db (one rounding).
+            const double param_tol = linear_epilogue_failure().empty() ? 1e-5 : u;
+            CHECK(rel_error(gw.grad().to_vector<double>(), rw.grad().to_vector<double>()) <=
+                  param_tol);
+            CHECK(rel_error(gb.grad().to_vector<double>(), rb.grad().to_vector<double>()) <=
+                  param_tol);
+        }
+    }
+}
+
 TEST_CASE("matmul matches the CPU in every layout", "[gpu]") {
     require_gpu();
     for (std::int64_t n : kCols) {

@@ -1,0 +1,33 @@
+// kernels/linear_lt.h: a linear layer's products with their bias folded in, through cuBLASLt's
+// epilogues, row-major like matmul.h (x is (M, K), the weight (N, K), y and dy (M, N)):
+//
+//   forward:          y = x @ w^T + bias              (EPILOGUE_BIAS: bias added to the fp32
+//                                                      accumulator, then rounded once to y)
+//   weight gradient:  dw = dy^T @ x,  dbias = sum over the M rows of dy
+//                                                     (EPILOGUE_BGRADB: the column sum of dy
+//                                                      comes out of the same pass over it)
+//
+// x, w, bias, y and dy are of `type`, bf16 or f16; dw and dbias are f32 (the layer's parameters'
+// type, so no rounded 16-bit gradient and no cast back). Products accumulate in fp32.
+//
+// Each function returns false, having done nothing, when cuBLASLt offers no algorithm for the
+// call (a shape, type or alignment it does not take): the caller then computes the same with
+// plain products and sums. The first call of a shape asks cuBLASLt's heuristic and keeps the
+// answer; cuBLASLt's workspace is one buffer allocated at the first call (so that call must not be
+// inside a CUDA graph capture, which the trainer's eager first step ensures).
+#pragma once
+
+#include "elementwise.h"  // ScalarType
+
+namespace fg::kernels {
+
+bool linear_forward_lt(ScalarType type, long long m, long long n, long long k, const void* x,
+                       const void* w, const void* bias, void* y);
+
+bool linear_weight_grad_lt(ScalarType type, long long m, long long n, long long k,
+                           const void* dy, const void* x, float* dw, float* dbias);
+
+// The bytes of cuBLASLt's workspace (allocated at the first call of either function).
+std::size_t linear_lt_workspace_bytes();
+
+}  // namespace fg::kernels
