@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "linear_lt.h"
@@ -26,6 +27,12 @@
         cublasStatus_t fg_status_ = (expr);                                              \
         if (fg_status_ != CUBLAS_STATUS_SUCCESS)                                         \
             ::fg::kernels::detail::throw_cublas_error(fg_status_, #expr, __FILE__, __LINE__); \
+    } while (0)
+
+// A caller's bug (the op checks these first), not a refusal.
+#define FG_ASSERT_LT(cond)                                                                   \
+    do {                                                                                     \
+        if (!(cond)) throw CudaError(std::string("[cublasLt] linear: bad call: ") + #cond); \
     } while (0)
 
 namespace fg::kernels {
@@ -80,19 +87,12 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t what, const v
     FG_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, what, value, bytes));
 }
 
-// The plan for a call, made once: the operation, the three matrix layouts (C is D: beta = 0),
-// and the heuristic's first algorithm for them, or usable = false where it has none.
-Plan& plan_for(Kind kind, ScalarType type, long long m, long long n, long long k, const void* a,
+// Makes the plan for a call: the operation, the three matrix layouts (C is D: beta = 0), and
+// the heuristic's first algorithm for them, or usable = false where it has none. Throws (leaving
+// nothing kept) if cuBLASLt fails otherwise.
+Plan make_plan(Kind kind, ScalarType type, long long m, long long n, long long k, const void* a,
                const void* b, const void* d, const void* bias) {
-    static std::map<Key, Plan> plans;
-    static std::mutex guard;
-    std::lock_guard<std::mutex> lock(guard);
-    const Key key{static_cast<int>(kind), static_cast<int>(type), m, n, k, alignment(a),
-                  alignment(b), alignment(d), alignment(bias)};
-    auto [it, inserted] = plans.try_emplace(key);
-    Plan& p = it->second;
-    if (!inserted) return p;
-
+    Plan p;
     const cudaDataType_t ab = cuda_type(type);
     FG_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t trans_a = kind == Kind::forward ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -141,13 +141,23 @@ Plan& plan_for(Kind kind, ScalarType type, long long m, long long n, long long k
     return p;
 }
 
-// D = op(A) op(B) with the plan's epilogue reading or writing `bias`.
+// D = op(A) op(B) with the plan's epilogue reading or writing `bias`. Plans are kept per key for
+// the process (a handful a model: one per layer shape and batch); the lock covers the lookup, the
+// bias pointer set on the shared descriptor and the launch that reads it.
 bool run(Kind kind, ScalarType type, long long m, long long n, long long k, const void* a,
          const void* b, void* d, const void* bias) {
-    if (type != ScalarType::bf16 && type != ScalarType::f16) return false;
-    if (m <= 0 || n <= 0 || k <= 0) return false;
-    void* ws = workspace();  // before the plan: a first call allocates it
-    Plan& p = plan_for(kind, type, m, n, k, a, b, d, bias);
+    FG_ASSERT_LT(type == ScalarType::bf16 || type == ScalarType::f16);
+    FG_ASSERT_LT(m > 0 && n > 0 && k > 0);
+    static std::map<Key, Plan> plans;
+    static std::mutex guard;
+    std::lock_guard<std::mutex> lock(guard);
+    void* ws = workspace();  // a first call allocates it
+    const Key key{static_cast<int>(kind), static_cast<int>(type), m, n, k, alignment(a),
+                  alignment(b), alignment(d), alignment(bias)};
+    auto it = plans.find(key);
+    if (it == plans.end())
+        it = plans.emplace(key, make_plan(kind, type, m, n, k, a, b, d, bias)).first;
+    Plan& p = it->second;
     if (!p.usable) return false;
     set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     const float alpha = 1.0f, beta = 0.0f;

@@ -77,8 +77,10 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     TrainingMemory m;
     m.parameters = all_params(f32);
     m.optimizer_state = optimizer_floats_per_param * all_params(f32);
-    // Linear multiplies by cast(weight, x.dtype()): in 16-bit each block's weights and biases
-    // and the tied head's copy of wte are kept by their matmuls until the backward.
+    // Linear multiplies by a copy of its weight in x's dtype: in 16-bit each block's weight
+    // copies and the tied head's copy of wte are kept for the backward (the bias copies only
+    // while linear runs, counted here all the same: a few KiB). cuBLASLt's 32 MiB workspace is
+    // outside the caching allocator, as cuBLAS's is, and not counted.
     if (half) m.weight_copies = linear_weights(s) + tensors(1, V * C, s);
 
     // Saved by one block, (B, T, .) tensors of activations: ln_1's input (C), c_attn's input

@@ -66,11 +66,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                  shape_str(weight.shape()), ": it needs shape (", weight.size(0), ")");
         check_same_device(op, x, bias);
     }
-    const bool fused = x.is_cuda() && is_half(x.dtype()) && bias.defined() &&
-                       weight.dtype() == DType::f32 && bias.dtype() == DType::f32;
     const std::int64_t n = weight.size(0), k = weight.size(1);
+    const bool fused = x.is_cuda() && is_half(x.dtype()) && bias.defined() &&
+                       weight.dtype() == DType::f32 && bias.dtype() == DType::f32 && n > 0 &&
+                       k > 0 && x.numel() > 0;
+    if (!fused) return composed(x, weight, bias);
     const std::int64_t m = x.numel() / k;
-    if (!fused || m == 0) return composed(x, weight, bias);
 
     const DType dt = x.dtype();
     Tensor w16 = cast_raw(weight, dt), b16 = cast_raw(bias, dt);

@@ -210,6 +210,7 @@ TEST_CASE("16-bit linear with cuBLASLt's bias epilogues is close to float64", "[
             REQUIRE(y.dtype() == dtype);
             if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());
             y.backward(g.to(Device::cuda));
+            if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());  // BGRADB taken too
             REQUIRE(gw.grad().dtype() == DType::f32);
             // float64 from the values the GPU used: x, g and the parameters rounded to dtype.
             Tensor rx = x.to(DType::f64).detach().set_requires_grad(true);
