@@ -4,6 +4,8 @@
 # under $OUT (or ./gpu-out). Usage:
 #   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|
 #                         breakdown|nanogpt|ddp|all]...
+#   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
+#   only those cases of fg_gpu_tests (the whole GPU suite takes over 5 minutes);
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
@@ -31,8 +33,15 @@ cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { tail -50 "$out
 for step in $what; do
     case $step in
         tests|all)
-            ctest --test-dir build-gpu --output-on-failure -j8 > "$out/tests.log" 2>&1 || status=1
-            grep -E "tests passed|Failed|Label|gpu  |cpu  " "$out/tests.log"
+            if [ -n "${GPU_TEST_FILTER:-}" ]; then  # a Catch2 filter: those GPU cases alone
+                build-gpu/tests/fg_gpu_tests "$GPU_TEST_FILTER" --durations yes \
+                    > "$out/tests.log" 2>&1 || status=1
+                tail -3 "$out/tests.log"
+            else
+                ctest --test-dir build-gpu --output-on-failure -j8 > "$out/tests.log" 2>&1 ||
+                    status=1
+                grep -E "tests passed|Failed|Label|gpu  |cpu  " "$out/tests.log"
+            fi
             ;;&
         bench|all)
             build-gpu/bench/bench_core --json "$out/bench_core.json" > "$out/bench_core.log" 2>&1 || status=1
