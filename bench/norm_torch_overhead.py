@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """bench/norm_torch_overhead.py: where the time of a fusegrad norm call from PyTorch goes, beside
 PyTorch's own module: the host's time to launch a forward + backward (Python, the custom ops'
-dispatch, ctypes), the GPU's time for it as bench/torch_timer.py measures it (and how long the
-GPU had to spin before the timed region for the host to finish launching), and the sum of the
-kernels' own times from the profiler. When the host's time is near or above the GPU's, an eager
-model is bound by the host; when the timer's figure is far above the kernels' sum, the timer
-measured the host.
+dispatch where a call takes them, ctypes), for fusegrad's eager path ("fusegrad") and its
+custom-op path ("fusegrad-ops", as under torch.compile) apart; the GPU's time for it as
+bench/torch_timer.py measures it (and how long the GPU had to spin before the timed region for
+the host to finish launching), and the sum of the kernels' own times from the profiler. When the
+host's time is near or above the GPU's, an eager model is bound by the host; when the timer's
+figure is far above the kernels' sum, the timer measured the host.
 
 Usage: python3 bench/norm_torch_overhead.py [--reps N] [--case KIND:DTYPE:MxN ...] [--profile N]
 (default cases: the rows of docs/pytorch.md that stood out, and their neighbours). --profile N
@@ -33,7 +34,7 @@ DEFAULT_CASES = ["rmsnorm:float32:16384x384", "layernorm:float32:16384x384",
 
 
 def module_for(impl, kind, n, dtype):
-    if impl == "fusegrad":
+    if impl.startswith("fusegrad"):
         import fusegrad
         cls = fusegrad.LayerNorm if kind == "layernorm" else fusegrad.RMSNorm
     else:
@@ -42,6 +43,11 @@ def module_for(impl, kind, n, dtype):
 
 
 def measure(impl, kind, dtype, m, n, reps):
+    """impl: "fusegrad" (eager calls through _EagerNorm, the default), "fusegrad-ops" (through
+    the custom ops, as under torch.compile) or "torch"."""
+    if impl.startswith("fusegrad"):
+        import fusegrad
+        fusegrad._ops.EAGER_PATH = "custom_op" if impl == "fusegrad-ops" else "function"
     torch.manual_seed(0)
     module = module_for(impl, kind, n, dtype)
     x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
@@ -74,7 +80,10 @@ def measure(impl, kind, dtype, m, n, reps):
 
 
 def profile_host(kind, dtype, m, n, calls):
-    """cProfile over `calls` forward + backward calls of fusegrad's module (the host's side)."""
+    """cProfile over `calls` forward + backward calls of fusegrad's module (the host's side),
+    on the eager path."""
+    import fusegrad
+    fusegrad._ops.EAGER_PATH = "function"
     module = module_for("fusegrad", kind, n, dtype)
     x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
     dy = torch.randn(m, n, device="cuda", dtype=dtype)
@@ -111,7 +120,7 @@ def main():
         kind, dtype_name, shape = case.split(":")
         m, n = (int(v) for v in shape.split("x"))
         dtype = getattr(torch, dtype_name)
-        for impl in ("fusegrad", "torch"):
+        for impl in ("fusegrad", "fusegrad-ops", "torch"):
             try:
                 r = measure(impl, kind, dtype, m, n, args.reps)
                 print("| %s | %s | %.3f | %.3f | %.3f | %d | %d |" % (

@@ -149,6 +149,13 @@ def norm_forward(input: torch.Tensor, residual: Optional[torch.Tensor],
                  weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], kind: int,
                  eps: float, zero_centered: bool, reduction: int,
                  save_stats: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _norm_forward_impl(input, residual, weight, bias, kind, eps, zero_centered, reduction,
+                              save_stats)
+
+
+def _norm_forward_impl(input, residual, weight, bias, kind, eps, zero_centered, reduction,
+                       save_stats):
+    """The forward on real CUDA tensors: the custom op's implementation, and _EagerNorm's."""
     check_forward(kind, input, residual, weight, bias, eps, zero_centered, reduction)
     _require_cuda(FUNCTION_NAMES[kind], input)
     y, h, mean, rstd = _forward_outputs(input, residual, kind, save_stats)
@@ -227,6 +234,13 @@ def norm_backward(grad_y: torch.Tensor, grad_h: Optional[torch.Tensor], saved: t
                   kind: int, zero_centered: bool, reduction: int, param_dtype: torch.dtype,
                   want_dweight: bool,
                   want_dbias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _norm_backward_impl(grad_y, grad_h, saved, weight, mean, rstd, kind, zero_centered,
+                               reduction, param_dtype, want_dweight, want_dbias)
+
+
+def _norm_backward_impl(grad_y, grad_h, saved, weight, mean, rstd, kind, zero_centered,
+                        reduction, param_dtype, want_dweight, want_dbias):
+    """The backward on real CUDA tensors: the custom op's implementation, and _EagerNorm's."""
     _check_backward(grad_y, grad_h, saved, weight, mean, rstd, kind, reduction, want_dweight)
     _require_cuda("fusegrad::norm_backward", saved)
     dx, dw, db = _backward_outputs(saved, param_dtype, want_dweight, want_dbias)
@@ -266,7 +280,10 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(mean, rstd)
 
 
-def _backward(ctx, grad_y, grad_h, grad_mean, grad_rstd):
+def _backward(ctx, grad_y, grad_h, grad_mean, grad_rstd, backward=None):
+    """norm_forward's derivative through `backward` (the custom op norm_backward, or for
+    _EagerNorm its implementation called directly)."""
+    backward = backward or norm_backward
     saved, weight, mean, rstd = ctx.saved_tensors
     want_dweight, want_dbias = ctx.needs_input_grad[2], ctx.needs_input_grad[3]
     if not ctx.has_residual:
@@ -278,11 +295,53 @@ def _backward(ctx, grad_y, grad_h, grad_mean, grad_rstd):
     if saved.numel() > 0 and rstd.numel() == 0:
         raise RuntimeError("%s: the forward ran with save_stats=False, so it kept no statistics "
                            "and cannot be differentiated" % FUNCTION_NAMES[ctx.kind])
-    dx, dw, db = norm_backward(grad_y.contiguous(), grad_h, saved, weight, mean, rstd, ctx.kind,
-                               ctx.zero_centered, ctx.reduction, ctx.param_dtype, want_dweight,
-                               want_dbias)
+    dx, dw, db = backward(grad_y.contiguous(), grad_h, saved, weight, mean, rstd, ctx.kind,
+                          ctx.zero_centered, ctx.reduction, ctx.param_dtype, want_dweight,
+                          want_dbias)
     return (dx, dx if ctx.has_residual else None, dw if want_dweight else None,
             db if want_dbias else None, None, None, None, None, None)
 
 
 norm_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- eager calls: the same implementations through a plain autograd.Function --------------------
+# A call through the custom ops goes through PyTorch's dispatcher and back into Python for the
+# op, for its autograd formula and again for the backward op: host time on every call, which an
+# eager model with many small norms pays as a slower step. Where nothing needs the ops as graph
+# nodes (no torch.compile, torch.export or tracing: plain CUDA tensors), functional.py calls
+# _EagerNorm instead, which runs the same implementations and the same autograd formula directly.
+# EAGER_PATH = "custom_op" routes every call through the custom ops (the tests run both).
+
+EAGER_PATH = "function"
+
+
+class _EagerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, residual, weight, bias, kind, eps, zero_centered, reduction,
+                save_stats):
+        args = (input, residual, weight, bias, kind, eps, zero_centered, reduction, save_stats)
+        outputs = _norm_forward_impl(*args)
+        _setup_context(ctx, args, outputs)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_h, grad_mean, grad_rstd):
+        return _backward(ctx, grad_y, grad_h, grad_mean, grad_rstd, backward=_norm_backward_impl)
+
+
+def uses_custom_ops(input):
+    """Whether a call on `input` goes through the custom ops: under torch.compile or torch.export
+    (dynamo), on meta tensors, on tensor subclasses (fake tensors, functional tensors), or when
+    EAGER_PATH says so; else through _EagerNorm."""
+    return (EAGER_PATH != "function" or torch.compiler.is_compiling() or
+            type(input) is not torch.Tensor or input.device.type == "meta")
+
+
+def norm(input, residual, weight, bias, kind, eps, zero_centered, reduction, save_stats):
+    """(y, h, mean, rstd) of norm_forward, through the custom op or _EagerNorm (above)."""
+    if uses_custom_ops(input):
+        return norm_forward(input, residual, weight, bias, kind, eps, zero_centered, reduction,
+                            save_stats)
+    return _EagerNorm.apply(input, residual, weight, bias, kind, eps, zero_centered, reduction,
+                            save_stats)

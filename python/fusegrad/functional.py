@@ -1,5 +1,6 @@
 """python/fusegrad/functional.py: fusegrad.rms_norm and fusegrad.layer_norm, the functions over the
-custom ops of _ops.py (the math is in kernels/norm.h and docs/norms.md).
+custom ops of _ops.py, or in eager mode over the same implementations without the ops'
+dispatch (_ops.norm says which; the math is in kernels/norm.h and docs/norms.md).
 
 Both normalise over the trailing dims of `input` that `weight` (else `bias`, else
 `normalized_shape`, else the last dim) has: shape (..., *normalized_shape). y has the input's
@@ -44,8 +45,7 @@ def _norm(kind, input, weight, bias, eps, residual, zero_centered, normalized_sh
     b = _rows_of(fn, "bias", bias, (), cols) if bias is not None else None
     save_stats = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (input, residual, weight, bias))
-    y, h, _, _ = _ops.norm_forward(x, r, w, b, kind, float(eps), bool(zero_centered), code,
-                                   save_stats)
+    y, h, _, _ = _ops.norm(x, r, w, b, kind, float(eps), bool(zero_centered), code, save_stats)
     y = y.view(input.shape)
     return (y, h.view(input.shape)) if residual is not None else y
 

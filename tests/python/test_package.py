@@ -276,6 +276,53 @@ def test_compile_traces_without_graph_breaks_on_meta():
     assert model.ln.weight.grad.shape == (16,) and model.rms.weight.grad.shape == (16,)
 
 
+# ---- which path a call takes: the custom ops, or _EagerNorm in eager mode ----------------------
+
+def test_eager_calls_bypass_the_custom_ops_and_compile_uses_them(monkeypatch):
+    """Eager calls on plain tensors run the implementations through _EagerNorm, not the custom
+    ops; meta tensors (and torch.compile, and EAGER_PATH = "custom_op") take the ops. On the
+    CPU, with the kernels' implementations replaced by stand-ins that record their calls: the
+    stand-in forward is y = 2 x, its backward dx = 3 dy, so the gradients show which formula ran."""
+    from fusegrad import _ops
+    calls = []
+
+    def forward_impl(input, residual, weight, bias, kind, eps, zero_centered, reduction,
+                     save_stats):
+        calls.append("forward")
+        rows = input.numel() // input.shape[-1]
+        stats = input.new_zeros(rows if save_stats else 0, dtype=torch.float32)
+        return 2 * input, input.new_empty(0), input.new_empty(0), stats
+
+    def backward_impl(grad_y, grad_h, saved, weight, mean, rstd, kind, zero_centered, reduction,
+                      param_dtype, want_dweight, want_dbias):
+        calls.append("backward")
+        n = saved.shape[-1]
+        return (3 * grad_y, saved.new_ones(n if want_dweight else 0, dtype=param_dtype),
+                saved.new_zeros(0))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the custom op was called on the eager path")
+
+    monkeypatch.setattr(_ops, "_norm_forward_impl", forward_impl)
+    monkeypatch.setattr(_ops, "_norm_backward_impl", backward_impl)
+    monkeypatch.setattr(_ops, "norm_forward", refuse)
+    x = torch.randn(4, 8, requires_grad=True)
+    w = torch.ones(8, requires_grad=True)
+    assert not _ops.uses_custom_ops(x)
+    y, h, mean, rstd = _ops.norm(x, None, w, None, _ops.RMS, 1e-5, False, 0, True)
+    assert torch.equal(y, 2 * x.detach()) and calls == ["forward"]
+    y.sum().backward()
+    assert calls == ["forward", "backward"]
+    assert torch.equal(x.grad, torch.full_like(x, 3.0)) and torch.equal(w.grad, torch.ones(8))
+    assert not mean.requires_grad and not rstd.requires_grad
+    # The custom ops' cases.
+    assert _ops.uses_custom_ops(meta(4, 8))
+    monkeypatch.setattr(_ops, "EAGER_PATH", "custom_op")
+    assert _ops.uses_custom_ops(x)
+    with pytest.raises(AssertionError, match="custom op was called"):
+        _ops.norm(x, None, w, None, _ops.RMS, 1e-5, False, 0, True)
+
+
 # ---- the C ABI's argument checks (no GPU needed) ------------------------------------------------
 
 def _lib_or_skip():
