@@ -4,6 +4,8 @@
 # under $OUT (or ./gpu-out). Usage:
 #   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|
 #                         breakdown|nanogpt|ddp|all]...
+#   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
+#   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
 #   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
 #   only those cases of fg_gpu_tests (the whole GPU suite takes over 5 minutes);
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
@@ -30,7 +32,14 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
     -DFG_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+started=$SECONDS
 for step in $what; do
+    # GPU_DEADLINE (seconds from the start): steps that would begin after it are skipped, so
+    # that a call ends inside the device's per-command limit with its logs written.
+    if [ -n "${GPU_DEADLINE:-}" ] && [ $((SECONDS - started)) -ge "$GPU_DEADLINE" ]; then
+        echo "$step: skipped (GPU_DEADLINE ${GPU_DEADLINE} s reached)"; status=1; continue
+    fi
+    echo "$step: starting at $((SECONDS - started)) s" >> "$out/steps.log"
     case $step in
         tests|all)
             if [ -n "${GPU_TEST_FILTER:-}" ]; then  # a Catch2 filter: those GPU cases alone
@@ -244,4 +253,9 @@ PY
     esac
 done
 [ -f "$out/bench_core.log" ] && sed -n '/^group/,$p' "$out/bench_core.log" | head -30
+# The device returns at most 8 files from $OUT: past that, everything goes into one tarball.
+if [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
+    tar czf /tmp/gpu_check_logs.tgz -C "$out" . && find "$out" -mindepth 1 -delete &&
+        mv /tmp/gpu_check_logs.tgz "$out/logs.tgz"
+fi
 exit $status
