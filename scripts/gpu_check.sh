@@ -25,6 +25,12 @@
 #   config's 5000), and a comparison table.
 set -uo pipefail
 out=${OUT:-gpu-out}
+# The cuDNN frontend's headers that scripts/prepare_gpu.sh put in .gpu/ (cuDNN itself is in
+# python3's site-packages there).
+frontend=$PWD/.gpu/cudnn_frontend/include
+if [ -z "${FG_CUDNN_FRONTEND_INCLUDE:-}" ] && [ -f "$frontend/cudnn_frontend.h" ]; then
+    export FG_CUDNN_FRONTEND_INCLUDE=$frontend
+fi
 mkdir -p "$out"
 what=${*:-all}
 status=0

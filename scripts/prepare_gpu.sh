@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fills .gpu/ (git-ignored) with what the GPU machine needs but cannot download: the shared
 # preparation (yaml-cpp, Catch2, env.sh, data) plus OpenBLAS and its Fortran runtime, which the
-# CPU reference matmul links. Run once per checkout, from anywhere inside the repository.
+# CPU reference matmul links, nlohmann-json and xxhash, and the cuDNN frontend's headers. Run once per checkout, from anywhere inside the repository.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -12,3 +12,25 @@ if ! ls libxxhash-dev_*.deb >/dev/null 2>&1; then
         libopenblas0 libgfortran5 libquadmath0 nlohmann-json3-dev libxxhash-dev >/dev/null
 fi
 ls -1
+# The cuDNN frontend's headers (header-only C++; the GPU machine has cuDNN itself in python3's
+# nvidia/cudnn but not these): from the nvidia-cudnn-frontend wheel, into .gpu/cudnn_frontend,
+# which gpu_check.sh points FG_CUDNN_FRONTEND_INCLUDE at. Without them the build there goes on
+# without cuDNN's attention.
+cd "$root/.gpu"
+if [ ! -f cudnn_frontend/include/cudnn_frontend.h ]; then
+    tmp=$(mktemp -d)
+    if python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" \
+            nvidia-cudnn-frontend >/dev/null 2>&1; then
+        python3 - "$tmp" <<'EOF2'
+import glob, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/nvidia_cudnn_frontend-*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall("cudnn_frontend", [n for n in z.namelist() if n.startswith("include/")])
+EOF2
+        echo "cuDNN frontend headers: $(basename "$tmp"/*.whl)"
+    else
+        echo "warning: could not download nvidia-cudnn-frontend: the GPU build will lack" \
+             "cuDNN's attention" >&2
+    fi
+    rm -rf "$tmp"
+fi
