@@ -14,11 +14,11 @@
 #   run, NANOGPT_STEPS (default 300) steps each, in one call. NANOGPT_DIR is a nanoGPT checkout
 #   carried to the machine (not part of this repository; e.g. `git --git-dir=MIRROR archive HEAD
 #   | tar -x -C .nanogpt` of a fetched copy, then carry .nanogpt, which .gitignore ignores).
-#   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh; DDP_TEST=0 skips it), then tokens/s on DDP_GPUS
-#   (default 1 2 4, those the machine has) for DDP_MODELS (default "baby gpt2"), fusegrad (bf16;
-#   DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off with f32 sums) and PyTorch DDP (bf16 autocast, f32
-#   sums, torch.compile), each GPU with the one-GPU batch;
-#   the table by bench/scaling_report.py.
+#   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh; DDP_TEST=0 skips it), then
+#   tokens/s on DDP_GPUS (default 1 2 4, those the machine has) for DDP_MODELS (default
+#   "baby gpt2"), fusegrad (bf16; DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off
+#   with f32 sums) and PyTorch DDP (bf16 autocast, f32 sums, torch.compile), each GPU with the
+#   one-GPU batch; the table by bench/scaling_report.py.
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
 #   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
 #   TORCH_MODES says e.g. "bf16 bf16:compile fp32"), for SHAKESPEARE_STEPS steps (default: the
