@@ -6,7 +6,8 @@
 #      run's (fp32: within 1e-3; bf16: within bf16's own noise, as `compare` below defines it
 #      from the one-GPU bf16 run), the two ranks' weights bitwise identical after step 50 (the
 #      trainer's hash), every bucket's exchange started during the backward;
-#   2. the ZeRO-1 run's checkpoint resumes on one GPU.
+#   2. the ZeRO-1 run's checkpoint resumes on one GPU;
+#   3. a rank killed with SIGKILL mid-run stops the other within 20 s, saying why.
 # Skipped (exit 77) on a machine with fewer than two GPUs or a build without NCCL.
 set -euo pipefail
 bin=$1
@@ -97,5 +98,32 @@ done
     { cat "$work/resume.log"; exit 1; }
 [ "$(grep -c '"ms"' "$work/two_fp32_zero1/metrics.jsonl")" = 60 ] || { cat "$work/resume.log"; exit 1; }
 
+# 3. A rank killed mid-run (kill -9, no goodbye): the other, which may be waiting inside an NCCL
+#    exchange, stops within seconds, saying why, rather than hanging in the collective.
+port=$((20000 + RANDOM % 30000))
+long=("${sets[@]}" --set train.precision=bf16 --set train.steps=1000000
+      --set train.eval_interval=1000000 --set train.checkpoint_interval=1000000)
+WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml \
+    "${long[@]}" --set train.out_dir="$work/killed" > "$work/k1.log" 2>&1 &
+rank1=$!
+WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml \
+    "${long[@]}" --set train.out_dir="$work/killed" > "$work/k0.log" 2>&1 &
+rank0=$!
+for _ in $(seq 600); do  # until rank 0 has logged 20 steps (at most a minute)
+    logged=$(grep -c '"ms"' "$work/killed/metrics.jsonl" 2>/dev/null || true)
+    [ "${logged:-0}" -ge 20 ] && break
+    sleep 0.1
+done
+kill -9 $rank1
+start=$SECONDS
+status=0
+wait $rank0 || status=$?
+stopped_in=$((SECONDS - start))
+[ $status -ne 0 ] || { cat "$work/k0.log"; echo "rank 0 went on after rank 1 was killed"; exit 1; }
+[ $stopped_in -le 20 ] || { cat "$work/k0.log"; echo "rank 0 took $stopped_in s to stop"; exit 1; }
+grep -Eq "did another rank stop|closed its connection" "$work/k0.log" ||
+    { cat "$work/k0.log"; echo "rank 0 did not say why it stopped"; exit 1; }
+
 echo "two GPUs against one:$summary identical weights, every bucket exchanged during the" \
-     "backward; the ZeRO-1 checkpoint resumes on one GPU"
+     "backward; the ZeRO-1 checkpoint resumes on one GPU; a killed rank stops the other in" \
+     "$stopped_in s"
