@@ -12,10 +12,10 @@
 //
 // Each function returns false, having done nothing, when cuBLASLt offers no algorithm for the
 // call (a shape or alignment it does not take): the caller then computes the same with plain
-// products and sums. The sizes must be positive and `type` bf16 or f16 (else an error). The first call of a shape asks cuBLASLt's heuristic and keeps the
-// answer; cuBLASLt's workspace is one 32 MiB buffer allocated at the first call, outside the
-// caching allocator (so that call must not be inside a CUDA graph capture, which the trainer's
-// eager first step ensures).
+// products and sums. The sizes must be positive and `type` bf16 or f16 (else an error). The
+// first call of a shape asks cuBLASLt's heuristic and keeps the answer; cuBLASLt's workspace is
+// one 32 MiB buffer allocated at the first call, outside the caching allocator (so that call
+// must not be inside a CUDA graph capture, which the trainer's eager first step ensures).
 #pragma once
 
 #include "elementwise.h"  // ScalarType

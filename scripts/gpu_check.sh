@@ -37,7 +37,8 @@ status=0
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DFG_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 ||
+    { tail -50 "$out/build.log"; exit 1; }
 started=$SECONDS
 for step in $what; do
     # GPU_DEADLINE (seconds from the start): steps that would begin after it are skipped, so
@@ -196,8 +197,8 @@ PY
         ddp)
             export NCCL_NVLS_ENABLE=0
             if [ "${DDP_TEST:-1}" = 1 ]; then
-                bash tests/distributed_gpu.sh build-gpu/train/fusegrad > "$out/distributed_gpu.log" 2>&1 ||
-                    status=1
+                bash tests/distributed_gpu.sh build-gpu/train/fusegrad \
+                    > "$out/distributed_gpu.log" 2>&1 || status=1
                 tail -1 "$out/distributed_gpu.log"
             fi
             have=$(nvidia-smi -L | grep -c '^GPU')
@@ -237,7 +238,8 @@ PY
                         bench/train_torch.py $cfg "$runs/torch-ddp-compile_${model}_$n" --mode bf16 --compile \
                         --steps $steps --eval-iters 1 $tsets $common --set train.batch_size=$b \
                         > "$runs/torch_${model}_$n.log" 2>&1 || { status=1; tail -5 "$runs/torch_${model}_$n.log"; }
-                    echo "$(date +%T) PyTorch DDP $model on $n GPU(s): $(tail -1 "$runs/torch_${model}_$n.log")"
+                    echo "$(date +%T) PyTorch DDP $model on $n GPU(s):" \
+                         "$(tail -1 "$runs/torch_${model}_$n.log")"
                 done
             done
             python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"

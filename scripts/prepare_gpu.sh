@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fills .gpu/ (git-ignored) with what the GPU machine needs but cannot download: the shared
 # preparation (yaml-cpp, Catch2, env.sh, data) plus OpenBLAS and its Fortran runtime, which the
-# CPU reference matmul links, nlohmann-json and xxhash, and the cuDNN frontend's headers. Run once per checkout, from anywhere inside the repository.
+# CPU reference matmul links, nlohmann-json and xxhash, and the cuDNN frontend's headers. Run
+# once per checkout, from anywhere inside the repository.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"

@@ -1,7 +1,7 @@
 // core/ops/linear.cpp: linear(x, weight, bias), a Linear layer's y = x @ weight^T + bias computed
 // in x's dtype. Everywhere it is the composition cast -> matmul -> add of the recorded ops (their
-// backwards included), except for 16-bit CUDA inputs with a bias, where cuBLASLt's epilogues carry
-// the bias (kernels/linear_lt.h):
+// backwards included), except for 16-bit CUDA inputs with f32 parameters and a bias, where
+// cuBLASLt's epilogues carry the bias (kernels/linear_lt.h):
 //   forward:  y = x @ w16^T + b16 in one product, the bias added to the fp32 accumulator before y
 //             is rounded (w16, b16: the f32 parameters rounded to x's dtype, as the cast does);
 //   backward: dx = dy @ w16 (16-bit, as matmul's), and dw = dy^T @ x written in f32 by the product
