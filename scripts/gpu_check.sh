@@ -15,7 +15,7 @@
 #   carried to the machine (not part of this repository; e.g. `git --git-dir=MIRROR archive HEAD
 #   | tar -x -C .nanogpt` of a fetched copy, then carry .nanogpt, which .gitignore ignores).
 #   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh; DDP_TEST=0 skips it), then
-#   tokens/s on DDP_GPUS (default 1 2 4, those the machine has) for DDP_MODELS (default
+#   tokens/s on DDP_GPUS (default 1 2 4 8, those the machine has) for DDP_MODELS (default
 #   "baby gpt2"), fusegrad (bf16; DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off
 #   with f32 sums) and PyTorch DDP (bf16 autocast, f32 sums, torch.compile), each GPU with the
 #   one-GPU batch; the table by bench/scaling_report.py.
@@ -214,7 +214,7 @@ PY
                     sets="--set data.kind=random_tokens --set train.grad_accum=1" tsets=$sets
                 fi
                 common="--set train.eval_interval=100000 --set train.checkpoint_interval=100000"
-                for n in ${DDP_GPUS:-1 2 4}; do
+                for n in ${DDP_GPUS:-1 2 4 8}; do
                     [ "$n" -le "$have" ] || continue
                     b=$((per_gpu * n))
                     # ZeRO off and on (bf16 sums: train.exchange_dtype auto), and off with f32
