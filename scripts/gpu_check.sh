@@ -3,13 +3,15 @@
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
 #   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|
-#                         breakdown|nanogpt|ddp|all]...
+#                         breakdown|nanogpt|ddp|python|overhead|all]...
 #   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
 #   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
 #   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
 #   only those cases of fg_gpu_tests (the whole GPU suite takes over 5 minutes);
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
+#   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
+#   overhead: bench/norm_torch_overhead.py with a host profile.
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
 #   run, NANOGPT_STEPS (default 300) steps each, in one call. NANOGPT_DIR is a nanoGPT checkout
 #   carried to the machine (not part of this repository; e.g. `git --git-dir=MIRROR archive HEAD
@@ -244,6 +246,19 @@ PY
             done
             python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"
             (cd "$runs" && tar czf "$out/ddp_runs.tar.gz" --exclude='*.safetensors' .)
+            ;;&
+        python)
+            # The PyTorch package's tests against this build's library, the GPU ones required.
+            FUSEGRAD_TEST_PYTHON=${FUSEGRAD_TEST_PYTHON:-python3} FUSEGRAD_REQUIRE_GPU=1 \
+                bash scripts/test_python.sh build-gpu > "$out/python.log" 2>&1 || status=1
+            tail -1 "$out/python.log"
+            ;;&
+        overhead)
+            # Host against GPU time of the norms called from PyTorch, and a profile of the host.
+            FUSEGRAD_NORM_LIBRARY=$PWD/build-gpu/capi/libfusegrad_norm.so PYTHONPATH=$PWD/python \
+                python3 bench/norm_torch_overhead.py --profile 200 > "$out/overhead.log" 2>&1 ||
+                status=1
+            grep "^|" "$out/overhead.log"
             ;;&
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.
