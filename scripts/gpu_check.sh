@@ -263,9 +263,10 @@ PY
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.
             for tool in memcheck racecheck; do
+                # SANITIZE_FILTER: a Catch2 filter (names with spaces, comma-separated), one word.
                 FG_NORM_TEST_MAX_ELEMS=${FG_NORM_TEST_MAX_ELEMS:-1048576} compute-sanitizer \
-                    --tool $tool --error-exitcode 9 build-gpu/tests/fg_gpu_tests ${SANITIZE_FILTER:-} \
-                    > "$out/sanitize-$tool.log" 2>&1 &
+                    --tool $tool --error-exitcode 9 build-gpu/tests/fg_gpu_tests \
+                    ${SANITIZE_FILTER:+"$SANITIZE_FILTER"} > "$out/sanitize-$tool.log" 2>&1 &
             done
             wait
             for tool in memcheck racecheck; do
