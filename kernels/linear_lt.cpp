@@ -22,13 +22,6 @@
 #include "linear_lt.h"
 #include "runtime.h"
 
-#define FG_CUBLASLT_CHECK(expr)                                                          \
-    do {                                                                                 \
-        cublasStatus_t fg_status_ = (expr);                                              \
-        if (fg_status_ != CUBLAS_STATUS_SUCCESS)                                         \
-            ::fg::kernels::detail::throw_cublas_error(fg_status_, #expr, __FILE__, __LINE__); \
-    } while (0)
-
 // A caller's bug (the op checks these first), not a refusal.
 #define FG_ASSERT_LT(cond)                                                                   \
     do {                                                                                     \
@@ -43,7 +36,7 @@ constexpr std::size_t kWorkspaceBytes = 32u << 20;  // what cuBLASLt's Hopper ke
 cublasLtHandle_t handle() {
     static cublasLtHandle_t h = [] {
         cublasLtHandle_t created = nullptr;
-        FG_CUBLASLT_CHECK(cublasLtCreate(&created));
+        FG_CUBLAS_CHECK(cublasLtCreate(&created));
         return created;
     }();
     return h;
@@ -84,7 +77,7 @@ using Key = std::tuple<int, int, long long, long long, long long, std::uint32_t,
 
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t what, const void* value,
          std::size_t bytes) {
-    FG_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, what, value, bytes));
+    FG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, what, value, bytes));
 }
 
 // Makes the plan for a call: the operation, the three matrix layouts (C is D: beta = 0), and
@@ -94,7 +87,7 @@ Plan make_plan(Kind kind, ScalarType type, long long m, long long n, long long k
                const void* b, const void* d, const void* bias) {
     Plan p;
     const cudaDataType_t ab = cuda_type(type);
-    FG_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    FG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t trans_a = kind == Kind::forward ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t trans_b = kind == Kind::forward ? CUBLAS_OP_N : CUBLAS_OP_T;
     set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a));
@@ -108,28 +101,28 @@ Plan make_plan(Kind kind, ScalarType type, long long m, long long n, long long k
 
     // The matrices as stored (before TRANSA / TRANSB), column-major: rows, columns, leading dim.
     if (kind == Kind::forward) {
-        FG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k, n, k));  // w^T
-        FG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, k, m, k));  // x^T
-        FG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.d, ab, n, m, n));  // y^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k, n, k));  // w^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, k, m, k));  // x^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, ab, n, m, n));  // y^T
     } else {
-        FG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k, m, k));          // x^T
-        FG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, n, m, n));          // dy^T
-        FG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, k, n, k));  // dw^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k, m, k));          // x^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, n, m, n));          // dy^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, k, n, k));  // dw^T
     }
 
     cublasLtMatmulPreference_t pref = nullptr;
-    FG_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    FG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const std::size_t ws = kWorkspaceBytes;
-    FG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     const std::uint32_t align_a = alignment(a), align_b = alignment(b), align_d = alignment(d);
-    FG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-    FG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-    FG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
-    FG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
@@ -161,7 +154,7 @@ bool run(Kind kind, ScalarType type, long long m, long long n, long long k, cons
     if (!p.usable) return false;
     set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     const float alpha = 1.0f, beta = 0.0f;
-    FG_CUBLASLT_CHECK(cublasLtMatmul(handle(), p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d,
+    FG_CUBLAS_CHECK(cublasLtMatmul(handle(), p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d,
                                      p.d, &p.algo, ws, kWorkspaceBytes, stream()));
     return true;
 }
@@ -177,7 +170,5 @@ bool linear_weight_grad_lt(ScalarType type, long long m, long long n, long long 
                            const void* dy, const void* x, float* dw, float* dbias) {
     return run(Kind::weight_grad, type, m, n, k, x, dy, dw, dbias);
 }
-
-std::size_t linear_lt_workspace_bytes() { return kWorkspaceBytes; }
 
 }  // namespace fg::kernels

@@ -28,7 +28,4 @@ bool linear_forward_lt(ScalarType type, long long m, long long n, long long k, c
 bool linear_weight_grad_lt(ScalarType type, long long m, long long n, long long k,
                            const void* dy, const void* x, float* dw, float* dbias);
 
-// The bytes of cuBLASLt's workspace (allocated at the first call of either function).
-std::size_t linear_lt_workspace_bytes();
-
 }  // namespace fg::kernels

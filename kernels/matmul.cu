@@ -15,13 +15,6 @@
 #include "matmul.h"
 #include "runtime.h"
 
-#define FG_CUBLAS_CHECK(expr)                                                           \
-    do {                                                                                \
-        cublasStatus_t fg_status_ = (expr);                                             \
-        if (fg_status_ != CUBLAS_STATUS_SUCCESS)                                        \
-            ::fg::kernels::detail::throw_cublas_error(fg_status_, #expr, __FILE__, __LINE__); \
-    } while (0)
-
 namespace fg::kernels {
 namespace {
 

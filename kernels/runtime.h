@@ -32,6 +32,14 @@ namespace detail {
             ::fg::kernels::detail::throw_cuda_error(fg_err_, #expr, __FILE__, __LINE__); \
     } while (0)
 
+// For cuBLAS and cuBLASLt calls (both return cublasStatus_t, whose success is 0).
+#define FG_CUBLAS_CHECK(expr)                                                             \
+    do {                                                                                  \
+        const int fg_status_ = static_cast<int>(expr);                                    \
+        if (fg_status_ != 0)                                                              \
+            ::fg::kernels::detail::throw_cublas_error(fg_status_, #expr, __FILE__, __LINE__); \
+    } while (0)
+
 // After every <<<...>>>: catches bad launch configurations at the launch site.
 #define FG_LAUNCH_CHECK() FG_CUDA_CHECK(cudaGetLastError())
 
