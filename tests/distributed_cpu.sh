@@ -19,6 +19,7 @@
 #  11. a non-finite loss or gradient norm stops both ranks with the same message; ranks started with
 #      different configs stop at once, the differing one naming the keys.
 set -euo pipefail
+source "$(dirname "$0")/kill_rank.sh"  # kill_rank_1
 bin=$1
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -72,18 +73,7 @@ rank1=$!
 WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml "${long[@]}" \
     --set train.out_dir="$work/killed" > "$work/k0.log" 2>&1 &
 rank0=$!
-for _ in $(seq 100); do
-    [ -s "$work/killed/metrics.jsonl" ] && break
-    sleep 0.1
-done
-kill -9 $rank1
-start=$SECONDS
-status=0
-wait $rank0 || status=$?
-[ $status -ne 0 ] || { echo "rank 0 went on after rank 1 was killed"; exit 1; }
-[ $((SECONDS - start)) -le 10 ] || { echo "rank 0 took $((SECONDS - start)) s to stop"; exit 1; }
-grep -q "did another rank stop?" "$work/k0.log" || { cat "$work/k0.log"; exit 1; }
-stopped_in=$((SECONDS - start))
+kill_rank_1 "$work/killed" "$work/k0.log" $rank0 $rank1 1 10 "did another rank stop\?"
 
 # 5. The launcher: the same two ranks, the same metrics (timing aside).
 "$bin" train configs/addition.yaml "${sets[@]}" --ranks 2 --set train.out_dir="$work/launched" \
