@@ -132,6 +132,10 @@ TEST_CASE("linear: gradients, with and without a bias, and its bad shapes", "[op
                         Contains("[linear] bias of shape (" + std::to_string(n + 1) +
                                  ") does not fit weight"));
     REQUIRE_THROWS_WITH(linear(x, random_f64({n}), b), Contains("[linear] weight must be 2-D"));
+    // No input features: the product is empty, y is the bias on every row (no division by zero).
+    Tensor y0 = linear(random_f64({3, 0}), random_f64({n, 0}), b);
+    REQUIRE(y0.shape() == Shape{3, n});
+    CHECK(y0.to_vector<double>() == add(Tensor::zeros({3, n}, DType::f64), b).to_vector<double>());
 }
 
 TEST_CASE("matmul matches a hand-worked product", "[ops]") {
