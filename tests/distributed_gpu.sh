@@ -27,10 +27,12 @@ sets=(--set train.device=cuda --set model.n_layer=2 --set model.n_embd=128 --set
 
 # compare.py REFERENCE NOISE RUN TOL: every step's |RUN - REFERENCE| loss difference against a
 # bound. Without NOISE the bound is TOL at every step. With NOISE (a one-GPU bf16 run), it is
-# 2 x the largest |NOISE - REFERENCE| up to that step, plus TOL: a second bf16 run is another
-# sample of bf16's rounding noise, which may land on the other side of the reference (hence 2x),
-# and the bound grows only as bf16's own distance from fp32 has grown by that step, so the early
-# steps, where bf16 and fp32 agree to ~1e-4, are held to that. Prints the largest difference and
+# 3 x the largest |NOISE - REFERENCE| up to that step, plus TOL: a second bf16 run is another
+# sample of bf16's rounding noise, which may land on the other side of the reference and start
+# to separate from it a few steps earlier (docs/results.md, section 5, has a run that crossed
+# twice the distance), and the bound grows only as bf16's own distance
+# from fp32 has grown by that step, so the early steps, where bf16 and fp32 agree to ~1e-4, are
+# held to that. Prints the largest difference and
 # its bound; exits 1, listing the three loss curves, where any step is over its bound.
 compare() {
     python3 - "$@" <<'PY'
@@ -48,7 +50,7 @@ for i in range(50):
     bound = tol
     if b is not None:
         envelope = max(envelope, abs(b[i] - a[i]))
-        bound = 2 * envelope + tol
+        bound = 3 * envelope + tol
     d = abs(c[i] - a[i])
     if d > worst:
         worst, worst_bound = d, bound
@@ -92,7 +94,7 @@ for precision in fp32 bf16; do
         fi
     done
 done
-[ "$failed" = 0 ] || exit 1
+# (A loss curve out of bounds fails the test at the end: the resume and the kill below run anyway.)
 
 # 2. ZeRO-1's checkpoint (AdamW's state gathered whole) resumes on one GPU.
 "$bin" train --resume "$work/two_fp32_zero1" --set train.steps=60 > "$work/resume.log" 2>&1 ||
@@ -113,6 +115,7 @@ rank0=$!
 kill_rank_1 "$work/killed" "$work/k0.log" $rank0 $rank1 20 20 \
     "did another rank stop|closed its connection"
 
+[ "$failed" = 0 ] || exit 1
 echo "two GPUs against one:$summary identical weights, every bucket exchanged during the" \
      "backward; the ZeRO-1 checkpoint resumes on one GPU; a killed rank stops the other in" \
      "$stopped_in s"

@@ -9,11 +9,11 @@
 //   check_loss_in_place:      the logits' gradient reuses the logits' memory when only the loss
 //                             holds them, with the same gradients as when they are held
 // Every test binary turns on poisoning of new tensors (NaN bytes), so an element an op forgot to
-// write shows up as NaN.
+// write shows up as NaN, and starts each test case from the generators' initial states
+// (test_setup.cpp).
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
-#include "core/allocator.h"
 #include "models/gpt.h"
-#include "train/optim.h"
 #include "train/config.h"
+#include "train/optim.h"
 #include "train/trainer.h"
 
 namespace fg::test {
@@ -63,8 +63,8 @@ inline Config tiny_addition_run(const std::string& dir, std::int64_t steps,
 // bit. Both run directories are left for the caller to inspect; returns the uninterrupted run's
 // number of steps.
 inline std::size_t require_resume_repeats(const std::function<Config(const std::string&)>& make,
-                                   const std::string& full_dir, const std::string& split_dir,
-                                   std::int64_t stop) {
+                                          const std::string& full_dir, const std::string& split_dir,
+                                          std::int64_t stop) {
     std::filesystem::remove_all(full_dir);
     std::filesystem::remove_all(split_dir);
     std::ostringstream log;
@@ -97,8 +97,10 @@ inline double measured_step_peak(const GPTConfig& config, std::int64_t batch, st
         AdamW opt(params, AdamWOptions{});
         for (int step = 0; step < 2; ++step) {
             opt.zero_grad();
-            Tensor ids = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size), device, &gen);
-            Tensor targets = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size), device, &gen);
+            Tensor ids = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size),
+                                 device, &gen);
+            Tensor targets = randint({batch, seq_len}, static_cast<std::int32_t>(config.vocab_size),
+                                     device, &gen);
             // As the trainer does: the logits are gone (only the loss holds them) by the backward.
             Tensor loss = model.loss(model.forward(ids), targets);
             loss.backward();
@@ -109,9 +111,16 @@ inline double measured_step_peak(const GPTConfig& config, std::int64_t batch, st
     return static_cast<double>(memory_stats(device).peak_bytes_in_use - before);
 }
 
+inline constexpr std::uint64_t kTestSeed = 12345;
 inline Generator& test_generator() {
-    static Generator gen(12345);
+    static Generator gen(kTestSeed);
     return gen;
+}
+
+// Both generators back to their initial states (test_setup.cpp calls it as each test case starts).
+inline void reset_generators() {
+    test_generator().set_state(kTestSeed, 0);
+    manual_seed(0);
 }
 
 // logits = h W^T (rows x vocab, from a small inner dim), loss = cross_entropy(logits, targets),
@@ -185,8 +194,7 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 // gradient the caller has already computed.
 inline void check_parameter_gradients(const std::function<double()>& loss,
                                       const std::vector<std::pair<std::string, Tensor*>>& params,
-                                      double h, double atol, double rtol,
-                                      std::int64_t max_checks) {
+                                      double h, double atol, double rtol, std::int64_t max_checks) {
     for (const auto& [name, x] : params) {
         INFO("parameter " << name << " of shape " << shape_str(x->shape()));
         REQUIRE(x->grad().defined());
