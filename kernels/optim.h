@@ -29,7 +29,8 @@ namespace fg::kernels {
 constexpr int kMaxTensorsPerLaunch = 24;
 // Blocks of one sum-of-squares launch: `partials` must hold launches * kSumSquaresBlocks floats,
 // launches = ceil(count / kMaxTensorsPerLaunch).
-constexpr int kSumSquaresBlocks = 256;
+// Enough 256-thread blocks to keep many loads in flight on every SM of a large GPU.
+constexpr int kSumSquaresBlocks = 1024;
 
 // Writes the norm and the clip factor (f32 device scalars) of the `count` gradients grads[i] of
 // sizes[i] elements (host arrays of device pointers).

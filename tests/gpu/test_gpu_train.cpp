@@ -41,6 +41,25 @@ TEST_CASE("fused AdamW on CUDA equals the CPU step bit for bit", "[gpu][train]")
     }
 }
 
+TEST_CASE("the gradient norm reads gradients that start off a 16-byte boundary", "[gpu][train]") {
+    // Views of one buffer starting 0 to 3 floats in, of lengths with every remainder mod 4: the
+    // sum of squares loads four floats at a time only from aligned starts, so each must agree
+    // with the float64 sum over the same values.
+    REQUIRE(cuda_is_available());
+    Tensor whole = test::random_f32({(1 << 16) + 11});
+    Tensor on_gpu = whole.to(Device::cuda);
+    for (std::int64_t start : {0, 1, 2, 3}) {
+        for (std::int64_t length : {1, 5, 4096, (1 << 16) + 6}) {
+            INFO("start " << start << ", length " << length);
+            std::vector<double> v = whole.slice(start, start + length).to_vector<double>();
+            double squares = 0.0;
+            for (double x : v) squares += x * x;
+            GradNorm g = grad_norm_of({on_gpu.slice(start, start + length)}, 0.0);
+            CHECK(std::fabs(g.norm.item() - std::sqrt(squares)) <= 1e-6 * std::sqrt(squares));
+        }
+    }
+}
+
 TEST_CASE("multi-tensor AdamW with a clip factor, and the gradient norm, on CUDA and the CPU",
           "[gpu][train]") {
     // 30 tensors (two launches of up to 24), of sizes 0 to 2^20 + 3, half of them decayed, some
