@@ -116,7 +116,8 @@ def main():
         return to_device(x.contiguous()), to_device(y.contiguous())
 
     cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layer=m["n_layer"], n_head=m["n_head"],
-                    n_embd=m["n_embd"], norm=m["norm"], bias=m["bias"], dropout=m["dropout"])
+                    n_embd=m["n_embd"], norm=m["norm"], bias=m["bias"], dropout=m["dropout"],
+                    gelu=m.get("gelu", "exact"))
     model = GPT(cfg).to(device)
     opt = adamw(model, o["lr"], (o["beta1"], o["beta2"]), o["weight_decay"], fused=True)
     plain_fn = torch.compile(model) if args.compile else model

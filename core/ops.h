@@ -31,7 +31,10 @@ inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 inline Tensor operator*(const Tensor& x, double alpha) { return scale(x, alpha); }
 
 // ---- activations (ops/activation.cpp) --------------------------------------------------------
-Tensor gelu(const Tensor& x);  // exact: x * Phi(x), Phi the standard normal CDF
+// GELU. exact: x * Phi(x), Phi the standard normal CDF (PyTorch's approximate='none');
+// tanh: x * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, GPT-2's (approximate='tanh').
+enum class GeluForm { exact, tanh };
+Tensor gelu(const Tensor& x, GeluForm form = GeluForm::exact);
 // Inverted dropout with probability p, masks from the seeded Philox stream (random.h); identity
 // when p == 0 or when `training` is false.
 Tensor dropout(const Tensor& x, double p, bool training = true);
@@ -58,6 +61,11 @@ bool allow_tf32();
 // inputs with f32 parameters and a bias, one cuBLASLt product with the bias in its epilogue, and
 // in the backward the f32 weight gradient and the bias gradient from one product.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// An MLP's two layers: linear(gelu(linear(x, w1, b1), form), w2, b2), w1 (H, K), w2 (N, H). With
+// the tanh form under linear's conditions for both layers, the GELU and its gradient ride in
+// cuBLASLt's epilogues too (no GELU kernels); elsewhere it is that composition.
+Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+           const Tensor& b2, GeluForm form);
 // Why cuBLASLt refused the first linear call it refused (that call, and those like it, ran as the
 // composition: the same values to rounding, more kernels), or "" while it has refused none.
 std::string linear_epilogue_failure();

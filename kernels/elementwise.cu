@@ -145,7 +145,8 @@ __global__ void rsqrt_kernel(const T* x, T* y, long long n, long long packs) {
     map_elements(x, y, n, packs, [](float v) { return 1.0f / sqrtf(v); });
 }
 
-// Phi(x) = 0.5 (1 + erf(x / sqrt 2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+// Exact: y = x Phi(x), dy/dx = Phi(x) + x phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2)),
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 __device__ __forceinline__ float gelu_grad(float x) {
     float cdf = 0.5f * (1.0f + erff(x * 0.70710678f));
@@ -153,16 +154,28 @@ __device__ __forceinline__ float gelu_grad(float x) {
     return cdf + x * pdf;
 }
 
-// y = x Phi(x)
-template <typename T>
-__global__ void gelu_forward_kernel(const T* x, T* y, long long n, long long packs) {
-    map_elements(x, y, n, packs, [](float v) { return gelu(v); });
+// tanh approximation: y = x s, s = (1 + tanh u) / 2, u = sqrt(2 / pi) (x + 0.044715 x^3);
+// dy/dx = s + x (1 - tanh^2 u) / 2 * sqrt(2 / pi) (1 + 3 * 0.044715 x^2).
+__device__ __forceinline__ float gelu_tanh(float x) {
+    float t = tanhf(0.79788456f * (x + 0.044715f * x * x * x));
+    return 0.5f * x * (1.0f + t);
+}
+__device__ __forceinline__ float gelu_tanh_grad(float x) {
+    float t = tanhf(0.79788456f * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) +
+           0.5f * x * (1.0f - t * t) * 0.79788456f * (1.0f + 0.134145f * x * x);
 }
 
-// dx = dy (Phi(x) + x phi(x))
-template <typename T>
+template <typename T, bool Tanh>
+__global__ void gelu_forward_kernel(const T* x, T* y, long long n, long long packs) {
+    map_elements(x, y, n, packs, [](float v) { return Tanh ? gelu_tanh(v) : gelu(v); });
+}
+
+// dx = dy * dy/dx
+template <typename T, bool Tanh>
 __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, long long n, long long packs) {
-    map_pairs(x, dy, dx, n, packs, [](float v, float g) { return g * gelu_grad(v); });
+    map_pairs(x, dy, dx, n, packs,
+              [](float v, float g) { return g * (Tanh ? gelu_tanh_grad(v) : gelu_grad(v)); });
 }
 
 // out = keep ? in / (1 - p) : 0 (as in * (1 / (1 - p))). One philox::keep4 call decides four
@@ -376,26 +389,27 @@ void rsqrt(ScalarType type, const void* x, void* y, long long n) {
     FG_LAUNCH_CHECK();
 }
 
-void gelu_forward(ScalarType type, const void* x, void* y, long long n) {
+void gelu_forward(ScalarType type, const void* x, void* y, long long n, bool tanh_form) {
     if (n == 0) return;
     with_float_type(type, "gelu_forward", [&](auto tag) {
         using T = decltype(tag);
         const long long packs = packs_for<T>(n, aligned16(x) && aligned16(y));
-        gelu_forward_kernel<T>
-            <<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
-                static_cast<const T*>(x), static_cast<T*>(y), n, packs);
+        auto kernel = tanh_form ? gelu_forward_kernel<T, true> : gelu_forward_kernel<T, false>;
+        kernel<<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), n, packs);
     });
     FG_LAUNCH_CHECK();
 }
 
-void gelu_backward(ScalarType type, const void* x, const void* dy, void* dx, long long n) {
+void gelu_backward(ScalarType type, const void* x, const void* dy, void* dx, long long n,
+                   bool tanh_form) {
     if (n == 0) return;
     with_float_type(type, "gelu_backward", [&](auto tag) {
         using T = decltype(tag);
         const long long packs = packs_for<T>(n, aligned16(x) && aligned16(dy) && aligned16(dx));
-        gelu_backward_kernel<T>
-            <<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
-                static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n, packs);
+        auto kernel = tanh_form ? gelu_backward_kernel<T, true> : gelu_backward_kernel<T, false>;
+        kernel<<<grid_for_items(packs, n - packs * kWidth<T>), kThreads, 0, stream()>>>(
+            static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n, packs);
     });
     FG_LAUNCH_CHECK();
 }

@@ -27,9 +27,11 @@ void binary(BinaryOp op, ScalarType type, const void* a, Broadcast a_shape, cons
 void scale(ScalarType type, const void* x, float alpha, void* y, long long n);
 // y[i] = 1 / sqrt(x[i])
 void rsqrt(ScalarType type, const void* x, void* y, long long n);
-// GELU, exact erf form: y = x * Phi(x), dx = dy * (Phi(x) + x * phi(x)).
-void gelu_forward(ScalarType type, const void* x, void* y, long long n);
-void gelu_backward(ScalarType type, const void* x, const void* dy, void* dx, long long n);
+// GELU, the exact erf form y = x * Phi(x), dx = dy * (Phi(x) + x * phi(x)), or with tanh_form
+// GPT-2's tanh approximation (core/ops.h, GeluForm::tanh, states it).
+void gelu_forward(ScalarType type, const void* x, void* y, long long n, bool tanh_form);
+void gelu_backward(ScalarType type, const void* x, const void* dy, void* dx, long long n,
+                   bool tanh_form);
 // Inverted dropout: out[i] = keep(i) ? in[i] / (1 - p) : 0, keep(i) = philox uniform >= p at
 // counter offset + i. Forward and backward are the same map with the same (seed, offset).
 void dropout(ScalarType type, const void* in, void* out, long long n, float p,

@@ -8,6 +8,12 @@
 //             ld N), op = transpose, so A = x, B = dy (TRANSB = T), D = dw (K x N, ld K) in f32.
 //             EPILOGUE_BGRADB writes the sum of op(B) over the product's k = M dimension, one value
 //             per column of D: dbias[j] = sum_r dy[r, j].
+//   GELU:     the forward's layout with EPILOGUE_GELU_AUX_BIAS: D gets gelu(product + bias) and
+//             the auxiliary matrix (the same layout, ld N) product + bias.
+//   input:    dx^T (K x M) = w^T dy^T with w^T stored (K x N, ld K) and dy^T stored (N x M, ld N),
+//             so A = w, B = dy, no transposes, D = dx (K x M, ld K). EPILOGUE_DGELU multiplies
+//             each element by gelu' of the auxiliary matrix (the pre-activation, ld K) before D
+//             is rounded.
 //
 // A plan (the descriptors and the algorithm the heuristic chose) is kept per call kind, type,
 // shape and operand alignment, so later calls only set the bias pointer and launch.
@@ -62,7 +68,7 @@ cudaDataType_t cuda_type(ScalarType type) {
     return type == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
-enum class Kind { forward, weight_grad };
+enum class Kind { forward, weight_grad, forward_gelu, input_grad_dgelu };
 
 struct Plan {
     bool usable = false;
@@ -71,43 +77,77 @@ struct Plan {
     cublasLtMatmulAlgo_t algo{};
 };
 
-// (kind, type, m, n, k, alignments of the operands and the bias)
+// (kind, type, m, n, k, alignments of the operands, the bias and the auxiliary matrix)
 using Key = std::tuple<int, int, long long, long long, long long, std::uint32_t, std::uint32_t,
-                       std::uint32_t, std::uint32_t>;
+                       std::uint32_t, std::uint32_t, std::uint32_t>;
+
+// One call: D = op(A) op(B) with the kind's epilogue, which reads or writes `bias` and `aux`.
+struct Call {
+    Kind kind;
+    ScalarType type;
+    long long m, n, k;
+    const void *a, *b;
+    void* d;
+    const void* bias;
+    const void* aux;
+};
 
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t what, const void* value,
          std::size_t bytes) {
     FG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, what, value, bytes));
 }
 
+// The epilogue's auxiliary matrix and bias pointers on the descriptor (cuBLASLt's heuristic reads
+// their alignment from them, so they are set before it runs and again at every launch).
+void set_pointers(const Plan& p, const Call& c) {
+    if (c.kind != Kind::input_grad_dgelu)
+        set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias));
+    if (c.kind == Kind::forward_gelu || c.kind == Kind::input_grad_dgelu)
+        set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof(c.aux));
+}
+
 // Makes the plan for a call: the operation, the three matrix layouts (C is D: beta = 0), and
 // the heuristic's first algorithm for them, or usable = false where it has none. Throws (leaving
 // nothing kept) if cuBLASLt fails otherwise.
-Plan make_plan(Kind kind, ScalarType type, long long m, long long n, long long k, const void* a,
-               const void* b, const void* d, const void* bias) {
+Plan make_plan(const Call& c) {
     Plan p;
-    const cudaDataType_t ab = cuda_type(type);
+    const cudaDataType_t ab = cuda_type(c.type);
+    const long long m = c.m, n = c.n, k = c.k;
+    const bool forward = c.kind == Kind::forward || c.kind == Kind::forward_gelu;
     FG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t trans_a = kind == Kind::forward ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t trans_b = kind == Kind::forward ? CUBLAS_OP_N : CUBLAS_OP_T;
+    cublasOperation_t trans_a = forward ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t trans_b = c.kind == Kind::weight_grad ? CUBLAS_OP_T : CUBLAS_OP_N;
     set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a));
     set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b));
-    cublasLtEpilogue_t epilogue =
-        kind == Kind::forward ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+    cublasLtEpilogue_t epilogue = c.kind == Kind::forward        ? CUBLASLT_EPILOGUE_BIAS
+                                  : c.kind == Kind::forward_gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                  : c.kind == Kind::weight_grad  ? CUBLASLT_EPILOGUE_BGRADB
+                                                                 : CUBLASLT_EPILOGUE_DGELU;
     set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
-    cudaDataType_t bias_type = kind == Kind::forward ? ab : CUDA_R_32F;
-    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
-    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (c.kind != Kind::input_grad_dgelu) {
+        cudaDataType_t bias_type = forward ? ab : CUDA_R_32F;
+        set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+    }
+    if (c.kind == Kind::forward_gelu || c.kind == Kind::input_grad_dgelu) {
+        // The pre-activation, laid out as D (its leading dimension is D's rows).
+        const std::int64_t aux_ld = c.kind == Kind::forward_gelu ? n : k;
+        set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld));
+    }
+    set_pointers(p, c);
 
     // The matrices as stored (before TRANSA / TRANSB), column-major: rows, columns, leading dim.
-    if (kind == Kind::forward) {
+    if (forward) {
         FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k, n, k));  // w^T
         FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, k, m, k));  // x^T
         FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, ab, n, m, n));  // y^T
-    } else {
+    } else if (c.kind == Kind::weight_grad) {
         FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k, m, k));          // x^T
         FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, n, m, n));          // dy^T
         FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, k, n, k));  // dw^T
+    } else {
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, k, n, k));  // w^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, n, m, n));  // dy^T
+        FG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, ab, k, m, k));  // dx^T
     }
 
     cublasLtMatmulPreference_t pref = nullptr;
@@ -115,7 +155,8 @@ Plan make_plan(Kind kind, ScalarType type, long long m, long long n, long long k
     const std::size_t ws = kWorkspaceBytes;
     FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    const std::uint32_t align_a = alignment(a), align_b = alignment(b), align_d = alignment(d);
+    const std::uint32_t align_a = alignment(c.a), align_b = alignment(c.b),
+                        align_d = alignment(c.d);
     FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
     FG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -134,28 +175,27 @@ Plan make_plan(Kind kind, ScalarType type, long long m, long long n, long long k
     return p;
 }
 
-// D = op(A) op(B) with the plan's epilogue reading or writing `bias`. Plans are kept per key for
-// the process (a handful a model: one per layer shape and batch); the lock covers the lookup, the
-// bias pointer set on the shared descriptor and the launch that reads it.
-bool run(Kind kind, ScalarType type, long long m, long long n, long long k, const void* a,
-         const void* b, void* d, const void* bias) {
-    FG_ASSERT_LT(type == ScalarType::bf16 || type == ScalarType::f16);
-    FG_ASSERT_LT(m > 0 && n > 0 && k > 0);
+// The call with the plan's epilogue. Plans are kept per key for the process (a handful a model:
+// one per layer shape and batch); the lock covers the lookup, the pointers set on the shared
+// descriptor and the launch that reads them.
+bool run(const Call& c) {
+    FG_ASSERT_LT(c.type == ScalarType::bf16 || c.type == ScalarType::f16);
+    FG_ASSERT_LT(c.m > 0 && c.n > 0 && c.k > 0);
     static std::map<Key, Plan> plans;
     static std::mutex guard;
     std::lock_guard<std::mutex> lock(guard);
     void* ws = workspace();  // a first call allocates it
-    const Key key{static_cast<int>(kind), static_cast<int>(type), m, n, k, alignment(a),
-                  alignment(b), alignment(d), alignment(bias)};
+    const Key key{static_cast<int>(c.kind), static_cast<int>(c.type), c.m, c.n, c.k,
+                  alignment(c.a), alignment(c.b), alignment(c.d), alignment(c.bias),
+                  alignment(c.aux)};
     auto it = plans.find(key);
-    if (it == plans.end())
-        it = plans.emplace(key, make_plan(kind, type, m, n, k, a, b, d, bias)).first;
+    if (it == plans.end()) it = plans.emplace(key, make_plan(c)).first;
     Plan& p = it->second;
     if (!p.usable) return false;
-    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    set_pointers(p, c);
     const float alpha = 1.0f, beta = 0.0f;
-    FG_CUBLAS_CHECK(cublasLtMatmul(handle(), p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d,
-                                     p.d, &p.algo, ws, kWorkspaceBytes, stream()));
+    FG_CUBLAS_CHECK(cublasLtMatmul(handle(), p.desc, &alpha, c.a, p.a, c.b, p.b, &beta, c.d, p.d,
+                                   c.d, p.d, &p.algo, ws, kWorkspaceBytes, stream()));
     return true;
 }
 
@@ -163,12 +203,22 @@ bool run(Kind kind, ScalarType type, long long m, long long n, long long k, cons
 
 bool linear_forward_lt(ScalarType type, long long m, long long n, long long k, const void* x,
                        const void* w, const void* bias, void* y) {
-    return run(Kind::forward, type, m, n, k, w, x, y, bias);
+    return run({Kind::forward, type, m, n, k, w, x, y, bias, nullptr});
 }
 
 bool linear_weight_grad_lt(ScalarType type, long long m, long long n, long long k,
                            const void* dy, const void* x, float* dw, float* dbias) {
-    return run(Kind::weight_grad, type, m, n, k, x, dy, dw, dbias);
+    return run({Kind::weight_grad, type, m, n, k, x, dy, dw, dbias, nullptr});
+}
+
+bool linear_gelu_forward_lt(ScalarType type, long long m, long long n, long long k, const void* x,
+                            const void* w, const void* bias, void* y, void* pre) {
+    return run({Kind::forward_gelu, type, m, n, k, w, x, y, bias, pre});
+}
+
+bool linear_input_grad_dgelu_lt(ScalarType type, long long m, long long n, long long k,
+                                const void* dy, const void* w, const void* pre, void* dx) {
+    return run({Kind::input_grad_dgelu, type, m, n, k, w, dy, dx, nullptr, pre});
 }
 
 }  // namespace fg::kernels

@@ -6,8 +6,15 @@
 //   weight gradient:  dw = dy^T @ x,  dbias = sum over the M rows of dy
 //                                                     (EPILOGUE_BGRADB: the column sum of dy
 //                                                      comes out of the same pass over it)
+//   with GELU (GPT-2's tanh form, the only one cuBLASLt has), for an MLP's two layers:
+//   forward:          pre = x @ w^T + bias, y = gelu(pre)     (EPILOGUE_GELU_AUX_BIAS: y and pre,
+//                                                      both (M, N), from one product)
+//   input gradient:   dx = (dy @ w) * gelu'(pre)          (EPILOGUE_DGELU; dy (M, N), w (N, K),
+//                                                      pre and dx (M, K): the gradient of the
+//                                                      previous layer's pre-activation, for the
+//                                                      layer that reads gelu(pre))
 //
-// x, w, bias, y and dy are of `type`, bf16 or f16; dw and dbias are f32 (the layer's parameters'
+// x, w, bias, y, dy, pre and dx are of `type`, bf16 or f16; dw and dbias are f32 (the layer's parameters'
 // type, so no rounded 16-bit gradient and no cast back). Products accumulate in fp32.
 //
 // Each function returns false, having done nothing, when cuBLASLt offers no algorithm for the
@@ -27,5 +34,11 @@ bool linear_forward_lt(ScalarType type, long long m, long long n, long long k, c
 
 bool linear_weight_grad_lt(ScalarType type, long long m, long long n, long long k,
                            const void* dy, const void* x, float* dw, float* dbias);
+
+bool linear_gelu_forward_lt(ScalarType type, long long m, long long n, long long k, const void* x,
+                            const void* w, const void* bias, void* y, void* pre);
+
+bool linear_input_grad_dgelu_lt(ScalarType type, long long m, long long n, long long k,
+                                const void* dy, const void* w, const void* pre, void* dx);
 
 }  // namespace fg::kernels

@@ -47,13 +47,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
 MLP::MLP(const TransformerConfig& cfg, Generator& gen)
     : c_fc(cfg.n_embd, 4 * cfg.n_embd, cfg.bias, cfg.init_std, gen, cfg.device),
       c_proj(4 * cfg.n_embd, cfg.n_embd, cfg.bias, residual_std(cfg), gen, cfg.device),
-      dropout_(cfg.dropout) {
+      dropout_(cfg.dropout),
+      gelu_(cfg.gelu) {
     register_module("c_fc", &c_fc);
     register_module("c_proj", &c_proj);
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-    return dropout(c_proj.forward(gelu(c_fc.forward(x))), dropout_, training());
+    // c_proj(gelu(c_fc(x))) as one op, so that the GELU can ride in the products' epilogues.
+    return dropout(mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias, gelu_), dropout_,
+                   training());
 }
 
 std::unique_ptr<NormBase> make_norm(const TransformerConfig& cfg) {

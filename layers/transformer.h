@@ -22,6 +22,7 @@ struct TransformerConfig {
     bool bias = true;
     double dropout = 0.0;
     bool rmsnorm = false;  // RMSNorm instead of LayerNorm
+    GeluForm gelu = GeluForm::exact;  // the MLP's GELU (core/ops.h)
     float init_std = 0.02f;
     Device device = Device::cpu;
 };
@@ -52,6 +53,7 @@ public:
 
 private:
     double dropout_;
+    GeluForm gelu_;
 };
 
 // A norm layer of either kind, chosen by the config.

@@ -17,6 +17,7 @@ TransformerConfig block_config(const GPTConfig& c, Device device) {
     t.bias = c.bias;
     t.dropout = c.dropout;
     t.rmsnorm = c.rmsnorm;
+    t.gelu = c.gelu;
     t.device = device;
     FG_CHECK(c.compute_dtype == DType::f32 || c.compute_dtype == DType::bf16 ||
                  c.compute_dtype == DType::f16,

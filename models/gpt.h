@@ -22,6 +22,7 @@ struct GPTConfig {
     std::int64_t block_size = 0;
     std::int64_t n_layer = 0, n_head = 0, n_embd = 0;
     bool rmsnorm = false;
+    GeluForm gelu = GeluForm::exact;  // the MLP's GELU (core/ops.h)
     bool bias = true;
     double dropout = 0.0;
     // The activations' dtype. f32: the parameters' own dtype throughout. bf16 (or f16): mixed

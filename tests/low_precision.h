@@ -96,6 +96,7 @@ inline std::vector<LowPrecisionCase> low_precision_cases() {
         add_case("mul (row)" + s, [](auto& in) { return mul(in[0], in[1]); }, {a, row}, 1, 1);
         add_case("scale" + s, [](auto& in) { return scale(in[0], -0.37); }, {a}, 1, 1);
         add_case("gelu" + s, [](auto& in) { return gelu(in[0]); }, {a}, 1, 2);
+        add_case("gelu tanh" + s, [](auto& in) { return gelu(in[0], GeluForm::tanh); }, {a}, 1, 2);
         // rsqrt's backward, -g y^3 / 2, is three rounded products of the rounded y, and the
         // gradient then passes the rounded square; at 37 x 1 the offset's gradient is one sum of
         // 37 such terms of both signs, which magnifies their error: the widest tolerance here.

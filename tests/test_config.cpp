@@ -28,12 +28,14 @@ TEST_CASE("an empty config is all defaults, and values override them", "[config]
     Config d = parse_config("", "empty.yaml");
     REQUIRE(d.model.n_layer == Config{}.model.n_layer);
     Config c = parse_config(
-        "model:\n  n_layer: 6\n  n_head: 6\n  n_embd: 384\n  norm: rmsnorm\n  bias: false\n"
+        "model:\n  n_layer: 6\n  n_head: 6\n  n_embd: 384\n  norm: rmsnorm\n  gelu: tanh\n  bias: false\n"
         "  dropout: 0.2\noptim:\n  lr: 1e-3\n  beta2: 0.99\ntrain:\n  device: cpu\n",
         "c.yaml");
     REQUIRE(c.model.n_layer == 6);
     REQUIRE(c.model.n_embd == 384);
     REQUIRE(c.model.norm == "rmsnorm");
+    REQUIRE(c.model.gelu == "tanh");
+    REQUIRE(d.model.gelu == "exact");
     REQUIRE_FALSE(c.model.bias);
     REQUIRE(c.model.dropout == 0.2);
     REQUIRE(c.optim.lr == 1e-3);
@@ -67,6 +69,8 @@ TEST_CASE("cross-key and range checks", "[config][errors]") {
                  Contains("x.yaml:2:15: error: train.batch_size: must be >= 1, got 0"));
     REQUIRE_THAT(error_of("model:\n  norm: batchnorm\n"),
                  Contains("model.norm: must be one of layernorm, rmsnorm, got \"batchnorm\""));
+    REQUIRE_THAT(error_of("model:\n  gelu: erf\n"),
+                 Contains("model.gelu: must be one of exact, tanh, got \"erf\""));
     REQUIRE_THAT(error_of("data:\n  kind: text\n"), Contains("data.path: data.kind is text"));
     REQUIRE_THAT(error_of("model:\n  dropout: 1.0\n"), Contains("model.dropout: must be in [0, 1)"));
     REQUIRE_THAT(error_of("model: [1, 2]\n"), Contains("model: expected a map of keys"));

@@ -53,6 +53,7 @@ TEST_CASE("scale, gelu, dropout: gradients", "[ops][grad]") {
     positive.set_requires_grad(true);
     check_gradients([](auto& in) { return rsqrt(in[0]); }, {positive});
     check_gradients([](auto& in) { return gelu(in[0]); }, {x});
+    check_gradients([](auto& in) { return gelu(in[0], GeluForm::tanh); }, {x});
     check_gradients(
         [](auto& in) {
             default_generator().set_state(99, 0);  // the same mask at every evaluation
@@ -67,6 +68,15 @@ TEST_CASE("gelu matches its definition", "[ops]") {
     std::vector<double> xs = x.to_vector<double>();
     for (std::size_t i = 0; i < xs.size(); ++i)
         REQUIRE(y[i] == Approx(xs[i] * 0.5 * std::erfc(-xs[i] / std::sqrt(2.0))).epsilon(1e-12));
+    // GPT-2's tanh form, and how far it is from the exact one (below 1e-3 everywhere).
+    std::vector<double> t = gelu(x, GeluForm::tanh).to_vector<double>();
+    const double pi = std::acos(-1.0);
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+        const double v = xs[i];
+        REQUIRE(t[i] == Approx(0.5 * v * (1 + std::tanh(std::sqrt(2 / pi) * (v + 0.044715 * v * v * v))))
+                            .epsilon(1e-12));
+        CHECK(std::fabs(t[i] - y[i]) < 1e-3);
+    }
 }
 
 TEST_CASE("dropout keeps about 1 - p and scales by 1 / (1 - p)", "[ops]") {
@@ -136,6 +146,37 @@ TEST_CASE("linear: gradients, with and without a bias, and its bad shapes", "[op
     Tensor y0 = linear(random_f64({3, 0}), random_f64({n, 0}), b);
     REQUIRE(y0.shape() == Shape{3, n});
     CHECK(y0.to_vector<double>() == add(Tensor::zeros({3, n}, DType::f64), b).to_vector<double>());
+}
+
+TEST_CASE("mlp: linear, GELU, linear as one op; gradients and bad shapes", "[ops][grad]") {
+    using Catch::Matchers::Contains;
+    std::int64_t m = random_dim(1, 5), k = random_dim(1, 6), h = random_dim(1, 8),
+                 n = random_dim(1, 6);
+    auto x = random_f64({2, m, k});
+    auto w1 = random_f64({h, k}), b1 = random_f64({h});
+    auto w2 = random_f64({n, h}), b2 = random_f64({n});
+    for (GeluForm form : {GeluForm::exact, GeluForm::tanh}) {
+        INFO("tanh " << (form == GeluForm::tanh));
+        auto op = [form](auto& in) { return mlp(in[0], in[1], in[2], in[3], in[4], form); };
+        check_gradients(op, {x, w1, b1, w2, b2});
+        check_gradients([form](auto& in) { return mlp(in[0], in[1], Tensor(), in[2], Tensor(), form); },
+                        {x, w1, w2});
+        // Off CUDA it is the composition, value for value.
+        Tensor want = linear(gelu(linear(x, w1, b1), form), w2, b2);
+        CHECK(mlp(x, w1, b1, w2, b2, form).to_vector<double>() == want.to_vector<double>());
+    }
+    REQUIRE_THROWS_WITH(mlp(x, w1, b1, random_f64({n, h + 1}), b2, GeluForm::tanh),
+                        Contains("[mlp] second weight of shape (" + std::to_string(n) + ", " +
+                                 std::to_string(h + 1) + ") does not fit first weight"));
+    REQUIRE_THROWS_WITH(mlp(x, w1, b1, w2, random_f64({n + 1}), GeluForm::tanh),
+                        Contains("[mlp] second bias of shape (" + std::to_string(n + 1) +
+                                 ") does not fit second weight"));
+    REQUIRE_THROWS_WITH(mlp(x, w1, random_f64({h + 1}), w2, b2, GeluForm::tanh),
+                        Contains("[mlp] first bias of shape (" + std::to_string(h + 1) +
+                                 ") does not fit first weight"));
+    REQUIRE_THROWS_WITH(mlp(random_f64({3, k + 1}), w1, b1, w2, b2, GeluForm::exact),
+                        Contains("[mlp] input of shape (3, " + std::to_string(k + 1) +
+                                 ") does not fit first weight"));
 }
 
 TEST_CASE("matmul matches a hand-worked product", "[ops]") {

@@ -18,6 +18,7 @@ struct Config {
         std::int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 32;
         std::int64_t vocab_size = 0;  // 0: from the data
         std::string norm = "layernorm";
+        std::string gelu = "exact";  // exact (erf) or tanh (GPT-2's approximation)
         bool bias = true;
         double dropout = 0.0;
     } model;

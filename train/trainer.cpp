@@ -113,6 +113,7 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
     g.n_head = c.model.n_head;
     g.n_embd = c.model.n_embd;
     g.rmsnorm = c.model.norm == "rmsnorm";
+    g.gelu = c.model.gelu == "tanh" ? GeluForm::tanh : GeluForm::exact;
     g.bias = c.model.bias;
     g.dropout = c.model.dropout;
     g.compute_dtype = compute_dtype(c);

@@ -1,6 +1,8 @@
-// core/ops/activation.cpp: GELU (exact) and dropout.
+// core/ops/activation.cpp: GELU (exact or GPT-2's tanh form) and dropout.
 //   gelu:    y = x * Phi(x),   dx = g * (Phi(x) + x * phi(x))
 //            Phi(x) = (1 + erf(x / sqrt 2)) / 2,  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+//   tanh:    y = x * s,  s = (1 + tanh u) / 2,  u = sqrt(2 / pi) (x + 0.044715 x^3)
+//            dx = g * (s + x (1 - tanh^2 u) / 2 * sqrt(2 / pi) (1 + 3 * 0.044715 x^2))
 //   dropout: y = m * x / (1 - p), dx = m * g / (1 - p), m_i = [uniform(seed, offset + i) >= p]
 // Dropout saves no mask: the backward regenerates it from the same (seed, offset).
 #include <cmath>
@@ -15,39 +17,60 @@ namespace {
 using namespace ops_detail;
 
 template <typename T>
-void gelu_forward_cpu(const T* x, T* y, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i)
-        y[i] = static_cast<T>(0.5) * x[i] * (1 + std::erf(x[i] / std::sqrt(static_cast<T>(2))));
+T gelu_tanh_arg(T x) {  // u = sqrt(2 / pi) (x + 0.044715 x^3)
+    return static_cast<T>(0.79788456080286535588) * (x + static_cast<T>(0.044715) * x * x * x);
 }
 
 template <typename T>
-void gelu_backward_cpu(const T* x, const T* g, T* dx, std::int64_t n) {
-    const T inv_sqrt_2pi = static_cast<T>(0.39894228040143267794);
+void gelu_forward_cpu(const T* x, T* y, std::int64_t n, GeluForm form) {
     for (std::int64_t i = 0; i < n; ++i) {
-        T cdf = static_cast<T>(0.5) * (1 + std::erf(x[i] / std::sqrt(static_cast<T>(2))));
-        T pdf = inv_sqrt_2pi * std::exp(static_cast<T>(-0.5) * x[i] * x[i]);
-        dx[i] = g[i] * (cdf + x[i] * pdf);
+        if (form == GeluForm::tanh)
+            y[i] = static_cast<T>(0.5) * x[i] * (1 + std::tanh(gelu_tanh_arg(x[i])));
+        else
+            y[i] = static_cast<T>(0.5) * x[i] * (1 + std::erf(x[i] / std::sqrt(static_cast<T>(2))));
     }
 }
 
-Tensor gelu_backward(const Tensor& x, const Tensor& g) {
+template <typename T>
+void gelu_backward_cpu(const T* x, const T* g, T* dx, std::int64_t n, GeluForm form) {
+    const T inv_sqrt_2pi = static_cast<T>(0.39894228040143267794);
+    const T sqrt_2_over_pi = static_cast<T>(0.79788456080286535588);
+    for (std::int64_t i = 0; i < n; ++i) {
+        if (form == GeluForm::tanh) {
+            T t = std::tanh(gelu_tanh_arg(x[i]));
+            T du = sqrt_2_over_pi * (1 + static_cast<T>(3 * 0.044715) * x[i] * x[i]);
+            dx[i] = g[i] * (static_cast<T>(0.5) * (1 + t) +
+                            static_cast<T>(0.5) * x[i] * (1 - t * t) * du);
+        } else {
+            T cdf = static_cast<T>(0.5) * (1 + std::erf(x[i] / std::sqrt(static_cast<T>(2))));
+            T pdf = inv_sqrt_2pi * std::exp(static_cast<T>(-0.5) * x[i] * x[i]);
+            dx[i] = g[i] * (cdf + x[i] * pdf);
+        }
+    }
+}
+
+}  // namespace
+
+Tensor ops_detail::gelu_backward(const Tensor& x, const Tensor& g, GeluForm form) {
     Tensor dx = empty_like(x);
     std::int64_t n = x.numel();
     if (x.is_cuda()) {
         cuda_backend("gelu").gelu_backward(scalar_type(x.dtype()), x.raw_data(), g.raw_data(),
-                                           dx.raw_data(), n);
+                                           dx.raw_data(), n, form == GeluForm::tanh);
     } else {
         Tensor xw = widened(x), gw = widened(g), work = computed_in(dx);
         dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
             gelu_backward_cpu<T>(static_cast<const T*>(xw.raw_data()),
                                  static_cast<const T*>(gw.raw_data()),
-                                 static_cast<T*>(work.raw_data()), n);
+                                 static_cast<T*>(work.raw_data()), n, form);
         });
         round_into(work, dx);
     }
     return dx;
 }
+
+namespace {
 
 template <typename T>
 void dropout_cpu(const T* in, T* out, std::int64_t n, float p, std::uint64_t seed,
@@ -78,25 +101,26 @@ Tensor dropout_apply(const Tensor& in, float p, std::uint64_t seed, std::uint64_
 
 }  // namespace
 
-Tensor gelu(const Tensor& x) {
+Tensor gelu(const Tensor& x, GeluForm form) {
     check_defined("gelu", x, "input");
     check_arithmetic_dtype("gelu", x);
     Tensor y = empty_like(x);
     std::int64_t n = x.numel();
     if (x.is_cuda()) {
-        cuda_backend("gelu").gelu_forward(scalar_type(x.dtype()), x.raw_data(), y.raw_data(), n);
+        cuda_backend("gelu").gelu_forward(scalar_type(x.dtype()), x.raw_data(), y.raw_data(), n,
+                                          form == GeluForm::tanh);
     } else {
         Tensor xw = widened(x), work = computed_in(y);
         dispatch_float(xw.dtype(), [&](auto tag) {
             using T = decltype(tag);
             gelu_forward_cpu<T>(static_cast<const T*>(xw.raw_data()),
-                                static_cast<T*>(work.raw_data()), n);
+                                static_cast<T*>(work.raw_data()), n, form);
         });
         round_into(work, y);
     }
     Tensor saved = x.detach();
-    return record("gelu", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {
-        return {gelu_backward(saved, g)};
+    return record("gelu", {x}, y, [saved, form](const Tensor& g) -> std::vector<Tensor> {
+        return {gelu_backward(saved, g, form)};
     });
 }
 

@@ -11,6 +11,16 @@
 // by roundings only (y's bias is added before y is rounded, dw is not rounded to 16 bits on the
 // way), which the GPU tests bound. Where cuBLASLt has no algorithm for a call, that call runs the
 // composition, and linear_epilogue_failure() says why.
+//
+// mlp(x, w1, b1, w2, b2, form): an MLP's two layers, y = linear(gelu(linear(x, w1, b1)), w2, b2).
+// With GPT-2's tanh GELU (the one cuBLASLt has) and the same conditions as above, the GELU rides
+// in the products' epilogues too:
+//   forward:  a = gelu(x @ w1^T + b1) and pre = x @ w1^T + b1 from one product
+//             (EPILOGUE_GELU_AUX_BIAS), then y = a @ w2^T + b2 as linear's;
+//   backward: dw2, db2 as linear's; dpre = (dy @ w2) * gelu'(pre) from one product
+//             (EPILOGUE_DGELU); dw1, db1 from dpre as linear's; dx = dpre @ w1.
+// So the GELU's forward and backward kernels, and a's gradient as a tensor, are gone. It keeps
+// what the composition keeps (x, pre, a and the 16-bit weights).
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -37,70 +47,151 @@ Refusals& refusals() {
     static Refusals r;
     return r;
 }
-void note_refusal(const char* what, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype) {
+void note_refusal(const char* what, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype,
+                  const char* instead = "a matmul and separate bias kernels") {
     Refusals& r = refusals();
     std::lock_guard<std::mutex> lock(r.guard);
     if (!r.first.empty()) return;
     std::ostringstream s;
     s << "cuBLASLt has no algorithm for the " << what << " of a " << dtype_name(dtype) << " (" << m
-      << " x " << k << ") @ (" << n << " x " << k << ")^T linear layer; it runs as a matmul and "
-      << "separate bias kernels";
+      << " x " << k << ") @ (" << n << " x " << k << ")^T linear layer; it runs as " << instead;
     r.first = s.str();
+}
+
+// Checks linear's arguments (x (..., k), weight (n, k), bias (n) or undefined).
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const char* weight_name = "weight", const char* bias_name = "bias") {
+    check_defined(op, x, "input");
+    check_defined(op, weight, weight_name);
+    FG_CHECK(weight.dim() == 2, op, weight_name, " must be 2-D (out_features, in_features), got shape ",
+             shape_str(weight.shape()));
+    FG_CHECK(x.dim() >= 2 && x.size(-1) == weight.size(1), op, "input of shape ",
+             shape_str(x.shape()), " does not fit ", weight_name, " of shape ",
+             shape_str(weight.shape()), ": it needs at least 2 dims, the last of ", weight.size(1));
+    check_same_device(op, x, weight);
+    if (bias.defined()) {
+        FG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, bias_name, " of shape ",
+                 shape_str(bias.shape()), " does not fit ", weight_name, " of shape ",
+                 shape_str(weight.shape()), ": it needs shape (", weight.size(0), ")");
+        check_same_device(op, x, bias);
+    }
+}
+
+// Whether cuBLASLt's epilogues may carry a layer: 16-bit CUDA input, f32 weight and bias, and
+// no empty dimension.
+bool epilogue_fits(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    return x.is_cuda() && is_half(x.dtype()) && bias.defined() && weight.dtype() == DType::f32 &&
+           bias.dtype() == DType::f32 && weight.size(0) > 0 && weight.size(1) > 0 && x.numel() > 0;
+}
+
+// The backward's products of a layer y (m, n) = x (m, k) @ w16^T + b, given g = dy:
+// dx = g @ w16 in x's dtype, on raw buffers.
+Tensor input_grad(const Tensor& g, const Tensor& w16, const Shape& x_shape, std::int64_t m,
+                  std::int64_t n, std::int64_t k, DType dt) {
+    Tensor dx = Tensor::empty(x_shape, dt, Device::cuda);
+    gemm_raw(Device::cuda, dt, dt, false, false, m, k, n, g.raw_data(), 0, w16.raw_data(), 0,
+             dx.raw_data(), m * k, 1);
+    return dx;
+}
+
+// dw = g^T @ x (f32) and db = sum over rows of g (f32): one cuBLASLt product with the BGRADB
+// epilogue, or a product and a column sum where it has no algorithm.
+std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& g, const Tensor& x, std::int64_t m,
+                                               std::int64_t n, std::int64_t k, DType dt) {
+    Tensor dw = Tensor::empty({n, k}, DType::f32, Device::cuda);
+    Tensor db = Tensor::empty({n}, DType::f32, Device::cuda);
+    if (!cuda_backend("linear").linear_weight_grad_lt(scalar_type(dt), m, n, k, g.raw_data(),
+                                                      x.raw_data(), dw.data<float>(),
+                                                      db.data<float>())) {
+        note_refusal("bias-gradient epilogue", m, n, k, dt);
+        gemm_raw(Device::cuda, dt, DType::f32, true, false, n, k, m, g.raw_data(), 0, x.raw_data(),
+                 0, dw.raw_data(), n * k, 1);
+        db = sum_to(cast_raw(g.reshape({m, n}), DType::f32), {n});  // f32, as the epilogue's
+    }
+    return {dw, db};
+}
+
+Shape with_last(Shape s, std::int64_t last) {
+    s.back() = last;
+    return s;
 }
 
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const char* op = "linear";
-    check_defined(op, x, "input");
-    check_defined(op, weight, "weight");
-    FG_CHECK(weight.dim() == 2, op, "weight must be 2-D (out_features, in_features), got shape ",
-             shape_str(weight.shape()));
-    FG_CHECK(x.dim() >= 2 && x.size(-1) == weight.size(1), op, "input of shape ",
-             shape_str(x.shape()), " does not fit weight of shape ", shape_str(weight.shape()),
-             ": it needs at least 2 dims, the last of ", weight.size(1));
-    check_same_device(op, x, weight);
-    if (bias.defined()) {
-        FG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, "bias of shape ",
-                 shape_str(bias.shape()), " does not fit weight of shape ",
-                 shape_str(weight.shape()), ": it needs shape (", weight.size(0), ")");
-        check_same_device(op, x, bias);
-    }
-    const std::int64_t n = weight.size(0), k = weight.size(1);
-    const bool fused = x.is_cuda() && is_half(x.dtype()) && bias.defined() &&
-                       weight.dtype() == DType::f32 && bias.dtype() == DType::f32 && n > 0 &&
-                       k > 0 && x.numel() > 0;
-    if (!fused) return composed(x, weight, bias);
-    const std::int64_t m = x.numel() / k;
+    check_linear(op, x, weight, bias);
+    if (!epilogue_fits(x, weight, bias)) return composed(x, weight, bias);
+    const std::int64_t n = weight.size(0), k = weight.size(1), m = x.numel() / k;
 
     const DType dt = x.dtype();
     Tensor w16 = cast_raw(weight, dt), b16 = cast_raw(bias, dt);
-    Shape out_shape = x.shape();
-    out_shape.back() = n;
-    Tensor y = Tensor::empty(out_shape, dt, x.device());
-    CudaBackend& cuda = cuda_backend(op);
-    if (!cuda.linear_forward_lt(scalar_type(dt), m, n, k, x.raw_data(), w16.raw_data(),
-                                b16.raw_data(), y.raw_data())) {
+    Tensor y = Tensor::empty(with_last(x.shape(), n), dt, x.device());
+    if (!cuda_backend(op).linear_forward_lt(scalar_type(dt), m, n, k, x.raw_data(),
+                                            w16.raw_data(), b16.raw_data(), y.raw_data())) {
         note_refusal("bias epilogue", m, n, k, dt);
         return composed(x, weight, bias);
     }
     Tensor sx = x.detach();
     return record(op, {x, weight, bias}, y,
                   [sx, w16, m, n, k, dt](const Tensor& g) -> std::vector<Tensor> {
-        CudaBackend& be = cuda_backend("linear");
-        Tensor dx = Tensor::empty(sx.shape(), dt, sx.device());
-        gemm_raw(Device::cuda, dt, dt, false, false, m, k, n, g.raw_data(), 0, w16.raw_data(), 0,
-                 dx.raw_data(), m * k, 1);
-        Tensor dw = Tensor::empty({n, k}, DType::f32, sx.device());
-        Tensor db = Tensor::empty({n}, DType::f32, sx.device());
-        if (!be.linear_weight_grad_lt(scalar_type(dt), m, n, k, g.raw_data(), sx.raw_data(),
-                                      dw.data<float>(), db.data<float>())) {
-            note_refusal("bias-gradient epilogue", m, n, k, dt);
-            gemm_raw(Device::cuda, dt, DType::f32, true, false, n, k, m, g.raw_data(), 0,
-                     sx.raw_data(), 0, dw.raw_data(), n * k, 1);
-            db = sum_to(cast_raw(g.reshape({m, n}), DType::f32), {n});  // f32, as the epilogue's
-        }
+        Tensor dx = input_grad(g, w16, sx.shape(), m, n, k, dt);
+        auto [dw, db] = weight_and_bias_grad(g, sx, m, n, k, dt);
         return {dx, dw, db};
+    });
+}
+
+Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+           const Tensor& b2, GeluForm form) {
+    const char* op = "mlp";
+    check_linear(op, x, w1, b1, "first weight", "first bias");
+    check_defined(op, w2, "second weight");
+    FG_CHECK(w2.dim() == 2 && w2.size(1) == w1.size(0), op, "second weight of shape ",
+             shape_str(w2.shape()), " does not fit first weight of shape ", shape_str(w1.shape()),
+             ": it needs shape (out_features, ", w1.size(0), ")");
+    check_same_device(op, x, w2);
+    if (b2.defined()) {
+        FG_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), op, "second bias of shape ",
+                 shape_str(b2.shape()), " does not fit second weight of shape ",
+                 shape_str(w2.shape()), ": it needs shape (", w2.size(0), ")");
+        check_same_device(op, x, b2);
+    }
+    auto composition = [&] { return linear(gelu(linear(x, w1, b1), form), w2, b2); };
+    if (form != GeluForm::tanh || !epilogue_fits(x, w1, b1) || !epilogue_fits(x, w2, b2))
+        return composition();
+    const std::int64_t c = w1.size(1), h = w1.size(0), out = w2.size(0), m = x.numel() / c;
+
+    const DType dt = x.dtype();
+    Tensor w1_16 = cast_raw(w1, dt), b1_16 = cast_raw(b1, dt);
+    Tensor w2_16 = cast_raw(w2, dt), b2_16 = cast_raw(b2, dt);
+    Tensor a = Tensor::empty({m, h}, dt, x.device()), pre = Tensor::empty({m, h}, dt, x.device());
+    Tensor y = Tensor::empty(with_last(x.shape(), out), dt, x.device());
+    CudaBackend& cuda = cuda_backend(op);
+    if (!cuda.linear_gelu_forward_lt(scalar_type(dt), m, h, c, x.raw_data(), w1_16.raw_data(),
+                                     b1_16.raw_data(), a.raw_data(), pre.raw_data())) {
+        note_refusal("GELU epilogue", m, h, c, dt, "a matmul and separate bias and GELU kernels");
+        return composition();
+    }
+    if (!cuda.linear_forward_lt(scalar_type(dt), m, out, h, a.raw_data(), w2_16.raw_data(),
+                                b2_16.raw_data(), y.raw_data())) {
+        note_refusal("bias epilogue", m, out, h, dt);
+        return composition();
+    }
+    Tensor sx = x.detach();
+    return record(op, {x, w1, b1, w2, b2}, y,
+                  [sx, a, pre, w1_16, w2_16, m, c, h, out, dt](const Tensor& g) -> std::vector<Tensor> {
+        auto [dw2, db2] = weight_and_bias_grad(g, a, m, out, h, dt);
+        Tensor dpre = Tensor::empty({m, h}, dt, Device::cuda);
+        if (!cuda_backend("mlp").linear_input_grad_dgelu_lt(scalar_type(dt), m, out, h,
+                                                            g.raw_data(), w2_16.raw_data(),
+                                                            pre.raw_data(), dpre.raw_data())) {
+            note_refusal("GELU-gradient epilogue", m, out, h, dt,
+                         "a matmul and a separate GELU-gradient kernel");
+            dpre = gelu_backward(pre, input_grad(g, w2_16, {m, h}, m, out, h, dt), GeluForm::tanh);
+        }
+        auto [dw1, db1] = weight_and_bias_grad(dpre, sx, m, h, c, dt);
+        Tensor dx = input_grad(dpre, w1_16, sx.shape(), m, h, c, dt);
+        return {dx, dw1, db1, dw2, db2};
     });
 }
 

@@ -80,6 +80,8 @@ struct BroadcastLayout {
 BroadcastLayout broadcast_layout(const char* op, const Shape& in, const Shape& out);
 // The output shape of broadcasting a with b (NumPy rules, plus the block restriction above).
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+// Not recorded: the gradient g * gelu'(x) of gelu's input (ops/activation.cpp).
+Tensor gelu_backward(const Tensor& x, const Tensor& g, GeluForm form);
 // Not recorded: sums g (of shape out) down to shape `to` (the reverse of broadcasting).
 Tensor sum_to(const Tensor& g, const Shape& to);
 // Not recorded: repeats x (shape `from`, broadcastable) to `shape`.

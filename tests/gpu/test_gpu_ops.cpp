@@ -90,6 +90,8 @@ TEST_CASE("elementwise ops and broadcasting match the CPU", "[gpu]") {
                               {a, scalar}, 1e-5);  // its gradient is a sum over every element
             check_against_cpu("scale " + s, [](auto& in) { return scale(in[0], 0.3); }, {a});
             check_against_cpu("gelu " + s, [](auto& in) { return gelu(in[0]); }, {a}, 1e-5);
+            check_against_cpu("gelu tanh " + s,
+                              [](auto& in) { return gelu(in[0], GeluForm::tanh); }, {a}, 1e-5);
             check_against_cpu("rsqrt " + s,
                               [](auto& in) { return rsqrt(add(mul(in[0], in[0]), in[1])); },
                               {a, Tensor::full({}, 0.5)}, 1e-5);
@@ -175,6 +177,66 @@ TEST_CASE("column sums: vector and scalar loads agree bit for bit, 16-bit sums r
                 Tensor want = cast(ops_detail::sum_to(cast(x16, DType::f32), {cols}), dtype);
                 CHECK(ops_detail::sum_to(x16, {cols}).to_vector<double>() ==
                       want.to_vector<double>());
+            }
+        }
+    }
+}
+
+// Before the linear test below: linear_epilogue_failure() keeps the process's first refusal, and
+// that test's last case may be refused.
+TEST_CASE("16-bit MLP with the tanh GELU in cuBLASLt's epilogues is close to float64", "[gpu]") {
+    // mlp() with the tanh GELU on bf16 / f16 CUDA inputs (f32 parameters, biases) takes c_fc's
+    // GELU and its input from c_fc's product's epilogue, and in the backward GELU's derivative
+    // from the epilogue of the product through c_proj's weight (core/ops/linear.cpp). Against
+    // float64 on the CPU from the same rounded inputs, beside the GPU composition (linear, gelu,
+    // linear: the plain path) against the same reference. y and dx pass through two 16-bit
+    // intermediates (a = gelu(pre), and pre itself or its gradient), so they are held to 3
+    // roundings; the f32 parameter gradients, built from one 16-bit intermediate, to 2.
+    require_gpu();
+    struct Case {
+        std::int64_t m, c, h, n;
+    };
+    for (Case s : {Case{64, 768, 3072, 768}, Case{37, 64, 256, 64}}) {
+        for (DType dtype : {DType::bf16, DType::f16}) {
+            const double u = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+            INFO(dtype_name(dtype) << " m " << s.m << " c " << s.c << " h " << s.h << " n " << s.n);
+            Tensor x = random_f32({s.m, s.c}).to(dtype);
+            Tensor w1 = random_f32({s.h, s.c}, Device::cpu, 0.05f), b1 = random_f32({s.h});
+            Tensor w2 = random_f32({s.n, s.h}, Device::cpu, 0.05f), b2 = random_f32({s.n});
+            Tensor g = random_f32({s.m, s.n}).to(dtype);
+            std::vector<Tensor> ref_in;
+            for (const Tensor& t : {x, cast(w1, dtype), cast(b1, dtype), cast(w2, dtype), cast(b2, dtype)})
+                ref_in.push_back(t.to(DType::f64).detach().set_requires_grad(true));
+            Tensor ry = linear(gelu(linear(ref_in[0], ref_in[1], ref_in[2]), GeluForm::tanh),
+                               ref_in[3], ref_in[4]);
+            ry.backward(g.to(DType::f64));
+            for (bool fused : {true, false}) {
+                INFO((fused ? "fused" : "composition"));
+                std::vector<Tensor> in;
+                for (const Tensor& t : {x, w1, b1, w2, b2})
+                    in.push_back(t.to(Device::cuda).detach().set_requires_grad(true));
+                Tensor y = fused ? mlp(in[0], in[1], in[2], in[3], in[4], GeluForm::tanh)
+                                 : linear(gelu(linear(in[0], in[1], in[2]), GeluForm::tanh), in[3],
+                                          in[4]);
+                REQUIRE(y.dtype() == dtype);
+                y.backward(g.to(Device::cuda));
+                REQUIRE(linear_epilogue_failure().empty());  // every epilogue taken
+                const char* names[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
+                const double tols[] = {3 * u, 3 * u, 2 * u, 2 * u, 2 * u, 2 * u};
+                std::vector<double> errors{
+                    rel_error(y.to_vector<double>(), ry.to_vector<double>())};
+                for (int i = 0; i < 5; ++i)
+                    errors.push_back(rel_error(in[i].grad().to_vector<double>(),
+                                               ref_in[i].grad().to_vector<double>()));
+                for (int i = 0; i < 6; ++i) {
+                    INFO(names[i] << ": " << errors[i] / u << " u");
+                    CHECK(errors[i] <= tols[i]);
+                }
+                std::printf("%s mlp %s %lld x %lld x %lld, errors in u (y dx dw1 db1 dw2 db2):",
+                            fused ? "fused" : "composed", dtype_name(dtype), (long long)s.m,
+                            (long long)s.c, (long long)s.h);
+                for (double e : errors) std::printf(" %.3f", e / u);
+                std::printf("\n");
             }
         }
     }

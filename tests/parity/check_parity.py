@@ -55,6 +55,7 @@ VARIANTS = [
     ("layernorm, no bias", ["model.norm=layernorm", "model.bias=false"]),
     ("rmsnorm, bias", ["model.norm=rmsnorm", "model.bias=true"]),
     ("rmsnorm, no bias", ["model.norm=rmsnorm", "model.bias=false"]),
+    ("layernorm, bias, tanh GELU", ["model.norm=layernorm", "model.bias=true", "model.gelu=tanh"]),
     ("addition (ignore index)", ["data.kind=addition", "model.block_size=16"]),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -64,8 +65,8 @@ U_BF16 = 2.0 ** -8  # bf16's unit roundoff: 8 significant bits, round to nearest
 TOLERANCES = {
     # Both sides compute in fp32 with different summation orders: errors of a few float32 ulps
     # grown by the depth of the model and by 3 AdamW steps.
-    "fp32": {"loss": 1e-5, "logits": 1e-5, "grad": 1e-4, "grad_norm": 1e-4, "param": 1e-4,
-             "key_bias": 1e-6},
+    "fp32": {"loss": 1e-5, "logits": 1e-5, "grad": 1e-4, "grad_norm": 1e-4, "grad_norm_later": 1e-4,
+             "param": 1e-4, "key_bias": 1e-6},
     # bf16 keeps 8 significant bits (u = 2^-8 = 3.9e-3), and the two pipelines round at different
     # points: fusegrad adds a Linear's bias after rounding the GEMM's output to bf16 where PyTorch's
     # addmm adds it inside the GEMM, the attention kernels differ, and fusegrad's residual stream
@@ -77,7 +78,8 @@ TOLERANCES = {
     #     output are bf16) feeds in, and small gradients (biases, norm weights) are sums of bf16
     #     terms: a few u;
     #   gradient norm: one number over all gradients, so small at step 0; at steps 1 and 2 it is
-    #     taken on parameters that already differ (below), and grows with them;
+    #     taken on parameters that already differ (below, up to ~10 u after 3 steps), and grows
+    #     with them, more in some variants than others (grad_norm_later);
     #   parameters after 3 steps: the largest errors. AdamW's first update is lr * sign(g) per
     #     element, so an element whose gradient is within rounding of zero moves by lr in opposite
     #     directions on the two sides; biases start at zero, so after 3 steps a bias is all update
@@ -85,10 +87,10 @@ TOLERANCES = {
     #   key-bias gradient (zero in exact arithmetic): the noise of bf16's rounded dS and dqkv,
     #     a small fraction of the value bias's gradient rather than fp32's 1e-11; a real gradient
     #     (a bug) would be of the order of the value bias's.
-    # Each tolerance is 2.5-3.5x the worst value measured on CUDA over the five variants
-    # (docs/results.md, section 1, lists them).
-    "bf16": {"loss": 2e-3, "logits": 1.5e-2, "grad": 2e-2, "grad_norm": 6e-3, "param": 1e-1,
-             "key_bias": 1e-4},
+    # Each tolerance is 2.5-3.5x the worst value measured on CUDA over the variants
+    # (docs/results.md, section 3, lists them).
+    "bf16": {"loss": 2e-3, "logits": 1.5e-2, "grad": 2e-2, "grad_norm": 6e-3,
+             "grad_norm_later": 2.5e-2, "param": 1e-1, "key_bias": 1e-4},
 }
 
 
@@ -135,7 +137,7 @@ def check_variant(dump_dir, device, precision):
     cfg = GPTConfig(vocab_size=int(meta["vocab_size"]), block_size=int(meta["block_size"]),
                     n_layer=int(meta["n_layer"]), n_head=int(meta["n_head"]),
                     n_embd=int(meta["n_embd"]), norm=meta["norm"], bias=meta["bias"] == "true",
-                    dropout=float(meta["dropout"]))
+                    dropout=float(meta["dropout"]), gelu=meta.get("gelu", "exact"))
     model = GPT(cfg).to(device)
     model.load_state_dict(state, strict=True)  # exactly what a PyTorch user does
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -170,7 +172,7 @@ def check_variant(dump_dir, device, precision):
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(meta["grad_clip"]))
         ours_norm = float(meta["grad_norm.%d" % step])
         results.append(("grad norm, step %d" % step, abs(ours_norm - norm.item()) / norm.item(),
-                        tol["grad_norm"]))
+                        tol["grad_norm" if step == 0 else "grad_norm_later"]))
         opt.step()
     params = dict(model.named_parameters())
     worst = max((rel_param(n, tensors["after." + n], p.detach()), n) for n, p in params.items())

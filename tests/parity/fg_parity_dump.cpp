@@ -71,6 +71,7 @@ int dump(int argc, char** argv) {
         {"n_head", std::to_string(cfg.model.n_head)},
         {"n_embd", std::to_string(cfg.model.n_embd)},
         {"norm", cfg.model.norm},
+        {"gelu", cfg.model.gelu},
         {"bias", cfg.model.bias ? "true" : "false"},
         {"dropout", str(cfg.model.dropout)},
         {"lr", str(cfg.optim.lr)},

@@ -48,6 +48,7 @@ class GPTConfig:
     n_head: int
     n_embd: int
     norm: str = "layernorm"  # or "rmsnorm"
+    gelu: str = "exact"  # or "tanh" (GPT-2's approximation: F.gelu's approximate="tanh")
     bias: bool = True
     dropout: float = 0.0
     eps: float = 1e-5
@@ -112,9 +113,10 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.approximate = "tanh" if cfg.gelu == "tanh" else "none"  # "none": the exact (erf) GELU
 
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))  # exact (erf) GELU
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
 class Block(nn.Module):
