@@ -148,7 +148,7 @@ TEST_CASE("linear: gradients, with and without a bias, and its bad shapes", "[op
     CHECK(y0.to_vector<double>() == add(Tensor::zeros({3, n}, DType::f64), b).to_vector<double>());
 }
 
-TEST_CASE("mlp: linear, GELU, linear as one op; gradients and bad shapes", "[ops][grad]") {
+TEST_CASE("mlp: linear, GELU, linear as one op: gradients and bad shapes", "[ops][grad]") {
     using Catch::Matchers::Contains;
     std::int64_t m = random_dim(1, 5), k = random_dim(1, 6), h = random_dim(1, 8),
                  n = random_dim(1, 6);
