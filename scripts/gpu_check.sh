@@ -164,13 +164,16 @@ PY
         breakdown)
             # Nsight Compute's time for every kernel of two GPT-2 small steps (16 x 1024, launched
             # eagerly so that each kernel is seen as the step launches it), summed by kernel name.
-            # The window skips the first steps' launches (BREAKDOWN_SKIP) and spans about two steps.
+            # The window skips the first steps' launches (BREAKDOWN_SKIP) and spans several steps
+            # (BREAKDOWN_COUNT), well inside the run's 16 steps whatever a step launches (a fused
+            # op changes that); kernel_times.py counts the steps by AdamW's launches, so a
+            # partial step at either edge weighs little.
             rm -rf /tmp/fg-breakdown
             ncu --metrics gpu__time_duration.sum --csv --print-units base \
-                --launch-skip "${BREAKDOWN_SKIP:-2200}" --launch-count "${BREAKDOWN_COUNT:-1500}" \
+                --launch-skip "${BREAKDOWN_SKIP:-2200}" --launch-count "${BREAKDOWN_COUNT:-3000}" \
                 build-gpu/train/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
                 --set train.grad_accum=1 --set kernels.cuda_graph=false --set train.eval_interval=100000 \
-                --set train.out_dir=/tmp/fg-breakdown --max-steps 6 > "$out/breakdown.csv" \
+                --set train.out_dir=/tmp/fg-breakdown --max-steps 16 > "$out/breakdown.csv" \
                 2> "$out/breakdown.err" || status=1
             # AdamW: one launch a kMaxTensorsPerLaunch (24) of GPT-2's 148 parameter tensors.
             python3 bench/kernel_times.py "$out/breakdown.csv" --top 30 --per-step-kernel adamw_kernel \
