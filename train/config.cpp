@@ -141,7 +141,7 @@ const std::vector<Field>& schema() {
         field("model", "block_size", &C::model, &C::Model::block_size, "context length in tokens", at_least(1)),
         field("model", "vocab_size", &C::model, &C::Model::vocab_size, "vocabulary size; 0 takes it from the data", at_least(0)),
         field("model", "norm", &C::model, &C::Model::norm, "layernorm or rmsnorm", one_of({"layernorm", "rmsnorm"})),
-        field("model", "gelu", &C::model, &C::Model::gelu, "the MLP's GELU: exact (erf, nanoGPT's) or tanh (GPT-2's approximation; on CUDA in bf16 / f16 it runs inside cuBLASLt's matmul epilogues)", one_of({"exact", "tanh"})),
+        field("model", "gelu", &C::model, &C::Model::gelu, "the MLP's GELU: exact (erf, nanoGPT's) or tanh (GPT-2's approximation; on CUDA in bf16 / f16, with biases, it runs inside cuBLASLt's matmul epilogues)", one_of({"exact", "tanh"})),
         field("model", "bias", &C::model, &C::Model::bias, "biases in Linear layers and norms"),
         field("model", "dropout", &C::model, &C::Model::dropout, "dropout probability", in_range(0, 1, false, true)),
         field("data", "kind", &C::data, &C::Data::kind, "addition (generated), text (a file), shards (token files of llm.c or nanoGPT) or random_tokens (uniform random ids, no files)", one_of({"addition", "text", "shards", "random_tokens"})),
