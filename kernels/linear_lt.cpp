@@ -16,7 +16,8 @@
 //             is rounded.
 //
 // A plan (the descriptors and the algorithm the heuristic chose) is kept per call kind, type,
-// shape and operand alignment, so later calls only set the bias pointer and launch.
+// shape and operand alignment, so later calls only set the bias and auxiliary pointers and
+// launch.
 #include <cublasLt.h>
 
 #include <cstdint>

@@ -54,7 +54,10 @@ MLP::MLP(const TransformerConfig& cfg, Generator& gen)
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-    // c_proj(gelu(c_fc(x))) as one op, so that the GELU can ride in the products' epilogues.
+    // c_proj(gelu(c_fc(x))) as one op, so that the GELU can ride in the products' epilogues; a
+    // single row (1-D) is taken as Linear takes it.
+    if (x.defined() && x.dim() == 1)
+        return forward(x.reshape({1, x.size(0)})).reshape({c_proj.weight.size(0)});
     return dropout(mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias, gelu_), dropout_,
                    training());
 }

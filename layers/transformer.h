@@ -1,7 +1,8 @@
 // layers/transformer.h: the pieces of a GPT block, in nanoGPT's shape and names.
 //   CausalSelfAttention: c_attn (one fused QKV Linear, C -> 3C), causal softmax attention over H
 //     heads of size D = C / H, c_proj (C -> C), dropout on the attention weights and the output.
-//   MLP: c_fc (C -> 4C), exact GELU, c_proj (4C -> C), dropout.
+//   MLP: c_fc (C -> 4C), GELU (exact, or GPT-2's tanh form: model.gelu), c_proj (4C -> C),
+//     dropout; the three as one op (core/ops.h, mlp).
 //   Block: x + attn(ln_1(x)), then + mlp(ln_2(.)), pre-norm; the second add and ln_2 run as one
 //     fused residual norm.
 // Shapes: B batch, T time, C channels, H heads, D head size.

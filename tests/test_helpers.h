@@ -117,10 +117,13 @@ inline Generator& test_generator() {
     return gen;
 }
 
-// Both generators back to their initial states (test_setup.cpp calls it as each test case starts).
+// Both generators back to their initial states, unsharded (a trainer of several ranks shards
+// the default one): test_setup.cpp calls it as each test case starts.
 inline void reset_generators() {
     test_generator().set_state(kTestSeed, 0);
+    test_generator().set_shard(0, 1);
     manual_seed(0);
+    default_generator().set_shard(0, 1);
 }
 
 // logits = h W^T (rows x vocab, from a small inner dim), loss = cross_entropy(logits, targets),

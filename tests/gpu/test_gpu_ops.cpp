@@ -219,6 +219,9 @@ TEST_CASE("16-bit MLP with the tanh GELU in cuBLASLt's epilogues is close to flo
                                  : linear(gelu(linear(in[0], in[1], in[2]), GeluForm::tanh), in[3],
                                           in[4]);
                 REQUIRE(y.dtype() == dtype);
+                // The fused op, not a composition behind the same name.
+                REQUIRE(y.grad_fn());
+                REQUIRE(y.grad_fn()->name() == (fused ? "mlp" : "linear"));
                 y.backward(g.to(Device::cuda));
                 REQUIRE(linear_epilogue_failure().empty());  // every epilogue taken
                 const char* names[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
@@ -239,6 +242,53 @@ TEST_CASE("16-bit MLP with the tanh GELU in cuBLASLt's epilogues is close to flo
                 std::printf("\n");
             }
         }
+    }
+}
+
+TEST_CASE("the fused MLP's epilogues compute the tanh GELU, not the exact one", "[gpu]") {
+    // The whole-tensor errors above cannot tell the two forms apart (they differ by a few 1e-4
+    // at most). Here both weights are the identity and the biases zero, so y = gelu(x) and
+    // dx = g * gelu'(x) element for element, over x in [-3.5, -2] where the forms differ by
+    // 2.8-24% of the value. The coefficient s of (y - tanh form) along (exact - tanh) over all
+    // those elements is 0 for the tanh form and 1 for the exact one, whatever random rounding
+    // or approximation error each element carries.
+    require_gpu();
+    const std::int64_t c = 64, m = 32;
+    std::vector<float> xs(static_cast<std::size_t>(m * c));
+    for (std::size_t i = 0; i < xs.size(); ++i)
+        xs[i] = -3.5f + 1.5f * static_cast<float>(i) / static_cast<float>(xs.size() - 1);
+    Tensor x = Tensor::from_vector(xs, {m, c}).to(DType::f16);
+    std::vector<float> eye(static_cast<std::size_t>(c * c), 0.0f);
+    for (std::int64_t i = 0; i < c; ++i) eye[static_cast<std::size_t>(i * c + i)] = 1.0f;
+    Tensor w = Tensor::from_vector(eye, {c, c}), b = Tensor::zeros({c});
+    Tensor g = random_f32({m, c}).to(DType::f16);
+    Tensor gx = x.to(Device::cuda).detach().set_requires_grad(true);
+    Tensor y = mlp(gx, w.to(Device::cuda), b.to(Device::cuda), w.to(Device::cuda),
+                   b.to(Device::cuda), GeluForm::tanh);
+    REQUIRE(y.grad_fn()->name() == "mlp");
+    y.backward(g.to(Device::cuda));
+    REQUIRE(linear_epilogue_failure().empty());
+    Tensor rx = x.to(DType::f64);
+    for (bool gradient : {false, true}) {
+        INFO((gradient ? "gradient" : "value"));
+        auto form = [&](GeluForm f) {
+            Tensor leaf = rx.detach().set_requires_grad(true);
+            Tensor out = gelu(leaf, f);
+            if (!gradient) return out.to_vector<double>();
+            out.backward(g.to(DType::f64));
+            return leaf.grad().to_vector<double>();
+        };
+        std::vector<double> got = (gradient ? gx.grad() : y).to_vector<double>();
+        std::vector<double> tanh_form = form(GeluForm::tanh), exact = form(GeluForm::exact);
+        double along = 0.0, norm2 = 0.0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            along += (got[i] - tanh_form[i]) * (exact[i] - tanh_form[i]);
+            norm2 += (exact[i] - tanh_form[i]) * (exact[i] - tanh_form[i]);
+        }
+        const double s = along / norm2;
+        std::printf("fused MLP's GELU %s: coefficient along exact - tanh %.3f\n",
+                    gradient ? "gradient" : "value", s);
+        CHECK(std::fabs(s) < 0.3);
     }
 }
 
