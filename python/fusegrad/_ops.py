@@ -239,10 +239,14 @@ def norm_backward(grad_y: torch.Tensor, grad_h: Optional[torch.Tensor], saved: t
 
 
 def _norm_backward_impl(grad_y, grad_h, saved, weight, mean, rstd, kind, zero_centered,
-                        reduction, param_dtype, want_dweight, want_dbias):
-    """The backward on real CUDA tensors: the custom op's implementation, and _EagerNorm's."""
-    _check_backward(grad_y, grad_h, saved, weight, mean, rstd, kind, reduction, want_dweight)
-    _require_cuda("fusegrad::norm_backward", saved)
+                        reduction, param_dtype, want_dweight, want_dbias, checked=False):
+    """The backward on real CUDA tensors: the custom op's implementation, and _EagerNorm's.
+    `checked`: the arguments are known good (_EagerNorm's, all from its own checked forward and
+    from autograd, which gives each gradient its output's shape, dtype and device), so the
+    checks are not run again."""
+    if not checked:
+        _check_backward(grad_y, grad_h, saved, weight, mean, rstd, kind, reduction, want_dweight)
+        _require_cuda("fusegrad::norm_backward", saved)
     dx, dw, db = _backward_outputs(saved, param_dtype, want_dweight, want_dbias)
     rows, cols = _rows(saved), saved.shape[-1]
     lib = _library.load()
@@ -327,7 +331,11 @@ class _EagerNorm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y, grad_h, grad_mean, grad_rstd):
-        return _backward(ctx, grad_y, grad_h, grad_mean, grad_rstd, backward=_norm_backward_impl)
+        return _backward(ctx, grad_y, grad_h, grad_mean, grad_rstd, backward=_checked_backward)
+
+
+def _checked_backward(*args):
+    return _norm_backward_impl(*args, checked=True)
 
 
 def uses_custom_ops(input):

@@ -86,7 +86,10 @@ def _normalized_shape(fn, input, weight, bias, normalized_shape):
 
 def _rows_of(fn, name, t, lead, cols):
     """t as (*lead, cols), contiguous: a copy when its rows are apart in memory, an error when the
-    values of a row are (the kernels read each row as adjacent values)."""
+    values of a row are (the kernels read each row as adjacent values). A contiguous 1-D weight
+    or bias of cols values (the modules' own) is returned as it is."""
+    if not lead and t.dim() == 1 and t.shape[0] == cols and t.is_contiguous():
+        return t
     if t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError("%s: %s's last dimension is not contiguous (shape %s, strides %s): the "
                          "kernels read rows of adjacent values; pass %s.contiguous()"
