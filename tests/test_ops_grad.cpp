@@ -174,6 +174,12 @@ TEST_CASE("mlp: linear, GELU, linear as one op: gradients and bad shapes", "[ops
     REQUIRE_THROWS_WITH(mlp(x, w1, random_f64({h + 1}), w2, b2, GeluForm::tanh),
                         Contains("[mlp] first bias of shape (" + std::to_string(h + 1) +
                                  ") does not fit first weight"));
+    REQUIRE_THROWS_WITH(mlp(x, random_f64({h}), b1, w2, b2, GeluForm::tanh),
+                        Contains("[mlp] first weight must be 2-D"));
+    REQUIRE_THROWS_WITH(mlp(x, w1, b1, random_f64({h}), b2, GeluForm::tanh),
+                        Contains("[mlp] second weight must be 2-D"));
+    REQUIRE_THROWS_WITH(mlp(x, w1, b1, Tensor(), b2, GeluForm::tanh),
+                        Contains("[mlp] second weight is an undefined tensor"));
     REQUIRE_THROWS_WITH(mlp(random_f64({3, k + 1}), w1, b1, w2, b2, GeluForm::exact),
                         Contains("[mlp] input of shape (3, " + std::to_string(k + 1) +
                                  ") does not fit first weight"));

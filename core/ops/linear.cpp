@@ -58,16 +58,12 @@ void note_refusal(const char* what, std::int64_t m, std::int64_t n, std::int64_t
     r.first = s.str();
 }
 
-// Checks linear's arguments (x (..., k), weight (n, k), bias (n) or undefined).
-void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                  const char* weight_name = "weight", const char* bias_name = "bias") {
-    check_defined(op, x, "input");
+// Checks a layer's parameters: weight (n, k) 2-D, bias (n) or undefined, both on x's device.
+void check_layer_params(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const char* weight_name, const char* bias_name) {
     check_defined(op, weight, weight_name);
     FG_CHECK(weight.dim() == 2, op, weight_name, " must be 2-D (out_features, in_features), got shape ",
              shape_str(weight.shape()));
-    FG_CHECK(x.dim() >= 2 && x.size(-1) == weight.size(1), op, "input of shape ",
-             shape_str(x.shape()), " does not fit ", weight_name, " of shape ",
-             shape_str(weight.shape()), ": it needs at least 2 dims, the last of ", weight.size(1));
     check_same_device(op, x, weight);
     if (bias.defined()) {
         FG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, bias_name, " of shape ",
@@ -75,6 +71,16 @@ void check_linear(const char* op, const Tensor& x, const Tensor& weight, const T
                  shape_str(weight.shape()), ": it needs shape (", weight.size(0), ")");
         check_same_device(op, x, bias);
     }
+}
+
+// Checks linear's arguments (x (..., k), weight (n, k), bias (n) or undefined).
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const char* weight_name = "weight", const char* bias_name = "bias") {
+    check_defined(op, x, "input");
+    check_layer_params(op, x, weight, bias, weight_name, bias_name);
+    FG_CHECK(x.dim() >= 2 && x.size(-1) == weight.size(1), op, "input of shape ",
+             shape_str(x.shape()), " does not fit ", weight_name, " of shape ",
+             shape_str(weight.shape()), ": it needs at least 2 dims, the last of ", weight.size(1));
 }
 
 // Whether cuBLASLt's epilogues may carry a layer: 16-bit CUDA input, f32 weight and bias, and
@@ -145,17 +151,10 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
            const Tensor& b2, GeluForm form) {
     const char* op = "mlp";
     check_linear(op, x, w1, b1, "first weight", "first bias");
-    check_defined(op, w2, "second weight");
-    FG_CHECK(w2.dim() == 2 && w2.size(1) == w1.size(0), op, "second weight of shape ",
-             shape_str(w2.shape()), " does not fit first weight of shape ", shape_str(w1.shape()),
+    check_layer_params(op, x, w2, b2, "second weight", "second bias");
+    FG_CHECK(w2.size(1) == w1.size(0), op, "second weight of shape ", shape_str(w2.shape()),
+             " does not fit first weight of shape ", shape_str(w1.shape()),
              ": it needs shape (out_features, ", w1.size(0), ")");
-    check_same_device(op, x, w2);
-    if (b2.defined()) {
-        FG_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), op, "second bias of shape ",
-                 shape_str(b2.shape()), " does not fit second weight of shape ",
-                 shape_str(w2.shape()), ": it needs shape (", w2.size(0), ")");
-        check_same_device(op, x, b2);
-    }
     auto composition = [&] { return linear(gelu(linear(x, w1, b1), form), w2, b2); };
     if (form != GeluForm::tanh || !epilogue_fits(x, w1, b1) || !epilogue_fits(x, w2, b2))
         return composition();
