@@ -566,6 +566,16 @@ TEST_CASE("device and dtype mismatches are errors on CUDA too", "[gpu][errors]")
     require_gpu();
     Tensor g = Tensor::zeros({4}, DType::f32, Device::cuda), c = Tensor::zeros({4});
     REQUIRE_THROWS_WITH(add(g, c), Contains("[add] inputs on different devices: cuda and cpu"));
+    // A layer's parameters left on the CPU (linear, and either layer of mlp).
+    Tensor x = Tensor::zeros({2, 4}, DType::bf16, Device::cuda);
+    Tensor w_gpu = Tensor::zeros({4, 4}, DType::f32, Device::cuda), w_cpu = Tensor::zeros({4, 4});
+    Tensor b_gpu = Tensor::zeros({4}, DType::f32, Device::cuda);
+    REQUIRE_THROWS_WITH(linear(x, w_cpu, b_gpu),
+                        Contains("[linear] inputs on different devices: cuda and cpu"));
+    REQUIRE_THROWS_WITH(mlp(x, w_gpu, b_gpu, w_cpu, b_gpu, GeluForm::tanh),
+                        Contains("[mlp] inputs on different devices: cuda and cpu"));
+    REQUIRE_THROWS_WITH(mlp(x, w_gpu, b_gpu, w_gpu, c, GeluForm::tanh),
+                        Contains("[mlp] inputs on different devices: cuda and cpu"));
     REQUIRE_THROWS_WITH(gelu(Tensor::zeros({4}, DType::i32, Device::cuda)),
                         Contains("[gelu] CUDA tensors must be f32, bf16 or f16, got i32"));
     REQUIRE_THROWS_WITH(Tensor::zeros({4}, DType::f64).to(Device::cuda),
