@@ -245,6 +245,20 @@ void event_destroy(void* event) noexcept {
     if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
+void* event_create_timed() {
+    cudaEvent_t event = nullptr;
+    FG_CUDA_CHECK(cudaEventCreate(&event));
+    return event;
+}
+
+float event_elapsed_ms(void* start, void* end) {
+    FG_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+    float ms = 0.0f;
+    FG_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start),
+                                       static_cast<cudaEvent_t>(end)));
+    return ms;
+}
+
 namespace {
 const unsigned long long* g_philox_offset_base = nullptr;
 }  // namespace

@@ -130,6 +130,10 @@ void* event_create();
 void event_record(void* event);
 void event_synchronize(void* event);
 void event_destroy(void* event) noexcept;
+// An event that also keeps the time it was reached, and the GPU time in milliseconds between two
+// such events once both have been reached (it waits for `end`): the trainer's phase times.
+void* event_create_timed();
+float event_elapsed_ms(void* start, void* end);
 
 // The dropout counters' device-side base. Kernels that draw dropout masks (dropout, the fused
 // attention's probabilities, cuDNN's seed) use the counter offset + *base when a base is set,

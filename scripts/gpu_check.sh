@@ -3,7 +3,7 @@
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
 #   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|
-#                         breakdown|nanogpt|ddp|python|overhead|all]...
+#                         breakdown|nanogpt|ddp|phases|python|overhead|all]...
 #   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
 #   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
 #   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
@@ -21,6 +21,8 @@
 #   "baby gpt2"), fusegrad (bf16; DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off
 #   with f32 sums) and PyTorch DDP (bf16 autocast, f32 sums, torch.compile), each GPU with the
 #   one-GPU batch; the table by bench/scaling_report.py.
+#   phases: train.phase_times' GPU time of each phase of a GPT-2 small step, one GPU and several
+#   ranks, with PHASE_VARIANTS of the ranks' settings (see the step).
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
 #   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
 #   TORCH_MODES says e.g. "bf16 bf16:compile fp32"), for SHAKESPEARE_STEPS steps (default: the
@@ -249,6 +251,38 @@ PY
             done
             python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"
             (cd "$runs" && tar czf "$out/ddp_runs.tar.gz" --exclude='*.safetensors' .)
+            ;;&
+        phases)
+            # Where a GPT-2 small step's GPU time goes (train.phase_times: eager steps, 16 x 1024
+            # random tokens a GPU, 40 steps), on one GPU and on PHASE_GPUS ranks (default: all of
+            # the machine's), for each of PHASE_VARIANTS (';'-separated; each a list of config
+            # settings and NCCL_* or CUDA_* environment variables, e.g.
+            # "train.bucket_mb=1000;train.exchange_dtype=f32;NCCL_MAX_CTAS=8"; the default first).
+            export NCCL_NVLS_ENABLE=0
+            have=$(nvidia-smi -L | grep -c '^GPU')
+            IFS=';' read -r -a variants <<< ";${PHASE_VARIANTS:-}"
+            for n in 1 ${PHASE_GPUS:-$have}; do
+                for variant in "${variants[@]}"; do
+                    [ "$n" = 1 ] && [ -n "$variant" ] && continue  # variants are the ranks'
+                    envs=() sets=()
+                    for word in $variant; do
+                        case $word in
+                            NCCL_*|CUDA_*) envs+=("$word") ;;
+                            *) sets+=(--set "$word") ;;
+                        esac
+                    done
+                    dir=/tmp/fg-phases-$n-$(echo "$variant" | tr -c 'A-Za-z0-9_.=\n' '_')
+                    rm -rf "$dir"
+                    env "${envs[@]}" build-gpu/train/fusegrad train configs/gpt2_124m.yaml \
+                        --set data.kind=random_tokens --set train.grad_accum=1 \
+                        --set train.eval_interval=100000 --set train.checkpoint_interval=100000 \
+                        --set train.phase_times=true --set train.batch_size=$((16 * n)) \
+                        --set train.out_dir="$dir" --max-steps 40 --ranks "$n" "${sets[@]}" \
+                        > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
+                    cp "$dir.log" "$out/phases-$n-$(basename "$dir").log" 2>/dev/null
+                    echo "$n GPU(s) ${variant:-default}: $(grep -o 'forward + backward.*' "$dir.log")"
+                done
+            done | tee "$out/phases.txt"
             ;;&
         python)
             # The PyTorch package's tests against this build's library, the GPU ones required.

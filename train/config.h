@@ -55,6 +55,9 @@ struct Config {
         // Several ranks: the gradients' sums travel as f32 or bf16; auto: bf16 when precision
         // is bf16, else f32.
         std::string exchange_dtype = "auto";
+        // Time each eager step's phases on the GPU and log their medians at the end of a run
+        // (train/step_phases.h); the steps then run eagerly.
+        bool phase_times = false;
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";

@@ -343,6 +343,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
                                            c.model.n_layer, c.model.n_embd, data_->sequence_length());
     if (device_ == Device::cuda)
         peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.train.precision);
+    if (c.train.phase_times && device_ == Device::cuda) phases_ = std::make_unique<StepPhases>();
 
     if (!resuming && writer()) {
         // A new run never writes over another run's files (a checkpoint, weights or metrics).
@@ -373,6 +374,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
         log_ << "note: train.zero: 1 splits AdamW's state over several ranks; with one it has no "
                 "effect\n";
     }
+    if (c.train.phase_times && !phases_)
+        log_ << "note: train.phase_times times GPU steps; on the CPU it has no effect\n";
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
          << device_name(device_) << ", run directory " << dir_ << "\n"
          << "data: " << data_->describe() << "\n"
@@ -602,6 +605,7 @@ void Trainer::log_metrics(const std::string& json_line) {
 
 double Trainer::train_step() {
     const Config& c = cfg_;
+    if (phases_) phases_->mark(StepPhases::kStart);
     model_->train(true);
     opt_->zero_grad();
     if (exchange_) exchange_->attach_gradients();  // the backward adds into the buckets
@@ -624,8 +628,10 @@ double Trainer::train_step() {
         scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
         loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
     }
+    if (phases_) phases_->mark(StepPhases::kBackwardDone);
     double loss = loss_total.item() / static_cast<double>(c.train.grad_accum);
     if (group_) loss = average_over_ranks(loss);
+    if (phases_) phases_->mark(StepPhases::kExchangeDone);
     GradNorm clip = exchange_ && exchange_->zero()
                         ? exchange_->grad_norm(c.optim.grad_clip)  // from the ranks' slices
                         : grad_norm(model_->parameters(), c.optim.grad_clip);
@@ -633,6 +639,7 @@ double Trainer::train_step() {
     check_finite(step_ + 1, loss, norm);
     double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
     opt_->step(lr, clip.coef);  // AdamW applies the clip factor inside its update
+    if (phases_) phases_->mark(StepPhases::kUpdateDone);
     ++step_;
     losses_.push_back(loss);
     last_lr_ = lr;
@@ -899,8 +906,9 @@ void Trainer::run(std::int64_t stop_at) {
             const auto start = std::chrono::steady_clock::now();
             const double loss = train_step();
             const auto end = std::chrono::steady_clock::now();
-            report_step(step_, loss, last_lr_, last_norm_,
-                        std::chrono::duration<double, std::milli>(end - start).count());
+            const double ms = std::chrono::duration<double, std::milli>(end - start).count();
+            report_step(step_, loss, last_lr_, last_norm_, ms);
+            if (phases_) phases_->step_done(ms);
             if (first && !packed_cudnn_attention_failure().empty())
                 log_ << "attention: cuDNN refused q, k, v where the QKV projection writes them, "
                         "so it runs between permutes: " << packed_cudnn_attention_failure()
@@ -954,6 +962,7 @@ void Trainer::run(std::int64_t stop_at) {
     }
     if (graph_ && graph_->pending() > 0) collect_captured_steps();
     graph_.reset();  // it holds the parameters' addresses: the next run() captures anew
+    if (phases_ && phases_->steps_timed() > 0) log_ << phases_->summary(10) << "\n";
     if (progress_bar_) log_ << clear_bar;
     if (group_) {
         check_replicas_identical();

@@ -29,6 +29,7 @@
 #include "grad_exchange.h"
 #include "models/gpt.h"
 #include "optim.h"
+#include "step_phases.h"
 
 namespace fg {
 
@@ -124,6 +125,7 @@ private:
     std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly
     std::chrono::steady_clock::time_point collected_at_;  // of the last collect_captured_steps
     double ms_average_ = 0.0;  // smoothed ms/step for the progress bar's ETA
+    std::unique_ptr<StepPhases> phases_;  // train.phase_times on CUDA
 };
 
 // A trained model read back from a run directory (config.yaml, vocab.txt and model.safetensors,

@@ -2,7 +2,9 @@
 // CPU step (same operations, so the same bits), and the tiny GPT's logits, loss and every
 // parameter's gradient on CUDA against the same model in float64 on the CPU; and the whole
 // trainer, 20 steps on each device from the same config and seed, to the same losses (1e-4);
-// the memory estimate of a step against the CUDA allocator's measured peak, in f32 and bf16.
+// the memory estimate of a step against the CUDA allocator's measured peak, in f32 and bf16;
+// train.phase_times' summary, with the same losses as without it.
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -277,4 +279,44 @@ TEST_CASE("NCCL sums over one rank, or a build without it refuses CUDA ranks say
         CHECK(cast(gathered, DType::f32).to_vector<float>() == before);
     }
     cuda.nccl_destroy(comm);
+}
+
+TEST_CASE("train.phase_times logs each phase's GPU time and changes no loss", "[gpu][train]") {
+    // The tiny addition run on CUDA, eager, with and without the phase marks: the same losses
+    // bit for bit (events change no arithmetic), and a summary line whose phases are positive
+    // and add up to about the marks' span.
+    auto run = [](bool phases, std::string& log_text) {
+        const std::string dir = std::string("/tmp/fg_gpu_phases_") + (phases ? "on" : "off");
+        std::filesystem::remove_all(dir);
+        std::ostringstream log;
+        Trainer t(test::tiny_addition_run(dir, 30,
+                                          {"train.device=cuda", "kernels.cuda_graph=false",
+                                           std::string("train.phase_times=") +
+                                               (phases ? "true" : "false")}),
+                  log);
+        t.run();
+        log_text = log.str();
+        return t.losses();
+    };
+    std::string with_log, without_log;
+    const std::vector<double> with = run(true, with_log), without = run(false, without_log);
+    REQUIRE(with.size() == 30);
+    CHECK(with == without);
+    CHECK(without_log.find("phase times") == std::string::npos);
+    const std::size_t at = with_log.find("phase times (median of ");
+    INFO(with_log);
+    REQUIRE(at != std::string::npos);
+    std::size_t steps = 0;
+    double fwd_bwd = -1, exchange = -1, update = -1, span = -1, wall = -1;
+    REQUIRE(std::sscanf(with_log.c_str() + at,
+                        "phase times (median of %zu eager steps, GPU ms): forward + backward %lf, "
+                        "gradient exchange %lf, norm + update %lf; start to end %lf of the "
+                        "step's %lf ms wall",
+                        &steps, &fwd_bwd, &exchange, &update, &span, &wall) == 6);
+    CHECK(steps == 20);  // 30 steps, the first 10 left out
+    CHECK(fwd_bwd > 0.0);
+    CHECK(exchange >= 0.0);
+    CHECK(update > 0.0);
+    CHECK(span >= fwd_bwd);
+    CHECK(wall > 0.0);
 }
