@@ -13,7 +13,8 @@ thread_local bool g_grad_enabled = true;
 
 // Adds incoming gradients into a leaf's .grad: the first one becomes the gradient (taken as it
 // is when nothing else can reach its memory, copied when something can: the incoming tensor may
-// be shared with other nodes), later ones are added in place.
+// be shared with other nodes; copied into the storage set_grad_storage gave, when there is
+// one), later ones are added in place.
 class AccumulateGrad final : public Node {
 public:
     explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
@@ -28,6 +29,9 @@ public:
         if (incoming.dtype() != leaf_->dtype) incoming = incoming.to(leaf_->dtype);
         if (!leaf_->grad.defined()) {
             leaf_->grad = owned_alone(incoming) ? incoming : incoming.clone();
+        } else if (leaf_->grad_unwritten) {  // storage given for the gradient: written, kept
+            copy_(leaf_->grad, incoming);
+            leaf_->grad_unwritten = false;
         } else {
             add_(leaf_->grad, incoming);
         }

@@ -25,6 +25,8 @@ Tensor scale(const Tensor& x, double alpha);  // alpha * x
 Tensor rsqrt(const Tensor& x);                // 1 / sqrt(x)
 // In place, not recorded: dst += src (same shape). For gradient accumulation and optimizers.
 void add_(Tensor& dst, const Tensor& src);
+// In place, not recorded: dst = src (same shape, dtype and device).
+void copy_(Tensor& dst, const Tensor& src);
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -231,7 +231,10 @@ Tensor& Tensor::set_requires_grad(bool on) {
 }
 
 Tensor Tensor::grad() const { return impl_->grad; }
-void Tensor::zero_grad() { impl_->grad = Tensor(); }
+void Tensor::zero_grad() {
+    impl_->grad = Tensor();
+    impl_->grad_unwritten = false;
+}
 void Tensor::set_post_accumulate_grad_hook(std::function<void()> hook) {
     FG_CHECK(is_leaf(), "set_post_accumulate_grad_hook", "the tensor of shape ", shape_str(shape()),
              " is not a leaf (it was made by ", grad_fn()->name(), "): only leaves accumulate");
@@ -241,6 +244,18 @@ void Tensor::set_grad(const Tensor& g) {
     FG_CHECK(!g.defined() || g.shape() == shape(), "set_grad", "gradient has shape ",
              shape_str(g.shape()), ", tensor has shape ", shape_str(shape()));
     impl_->grad = g;
+    impl_->grad_unwritten = false;
+}
+void Tensor::set_grad_storage(const Tensor& storage) {
+    FG_CHECK(storage.defined() && storage.shape() == shape() && storage.dtype() == dtype() &&
+                 storage.device() == device(),
+             "set_grad_storage", "the storage must match the tensor: ",
+             storage.defined() ? shape_str(storage.shape()) + " " + dtype_name(storage.dtype()) +
+                                     " on " + device_name(storage.device())
+                               : std::string("undefined"),
+             " for ", shape_str(shape()), " ", dtype_name(dtype()), " on ", device_name(device()));
+    impl_->grad = storage;
+    impl_->grad_unwritten = true;
 }
 const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_->grad_fn; }
 

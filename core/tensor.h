@@ -89,6 +89,12 @@ public:
     Tensor grad() const;    // undefined until a backward reaches this leaf
     void zero_grad();       // drops the gradient (the next backward starts a fresh one)
     void set_grad(const Tensor& grad);
+    // Makes `storage` (this tensor's shape) where the next backward writes the gradient, without
+    // its values counting: the first accumulation into it overwrites them (a copy, not an add),
+    // later ones add, as if it had been zero. grad() returns `storage` meanwhile, with whatever
+    // it held. Data-parallel training has the backward write into its exchange buckets this way,
+    // without zeroing them every step (train/grad_exchange.h).
+    void set_grad_storage(const Tensor& storage);
     // Runs `hook` each time a backward has finished adding into this leaf's gradient: once per
     // backward that reaches the leaf, after all of its contributions (both uses of a tied weight,
     // say), so grad() is then final for that backward. An empty function removes it. Leaves
@@ -121,6 +127,7 @@ struct TensorImpl {
     int output_nr = 0;                // which output of grad_fn this is
     std::weak_ptr<Node> accumulator;  // leaves: the node that adds into grad
     std::function<void()> post_accumulate_grad_hook;  // leaves: see Tensor's setter
+    bool grad_unwritten = false;  // leaves: grad's values are not a gradient yet (set_grad_storage)
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);

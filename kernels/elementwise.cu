@@ -291,6 +291,31 @@ void cast_from(const From* src, void* dst, ScalarType to, long long n) {
     FG_LAUNCH_CHECK();
 }
 
+// dst = alpha * float(src), four elements a thread where both are 16-byte aligned.
+template <typename From>
+__global__ void widen_scale_kernel(const From* src, float alpha, float* dst, long long n,
+                                   long long quads) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    for (long long i = first; i < quads; i += stride) {
+        Quad<From> in = reinterpret_cast<const Quad<From>*>(src)[i];
+        Quad<float> out;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) out.v[k] = alpha * Convert<From>::load(in.v[k]);
+        reinterpret_cast<Quad<float>*>(dst)[i] = out;
+    }
+    for (long long i = quads * 4 + first; i < n; i += stride)
+        dst[i] = alpha * Convert<From>::load(src[i]);
+}
+
+template <typename From>
+void launch_widen_scale(const From* src, float alpha, float* dst, long long n) {
+    long long quads = quad_aligned(src) && quad_aligned(dst) ? n / 4 : 0;
+    widen_scale_kernel<<<grid_for(quads + (n - quads * 4), kThreads), kThreads, 0, stream()>>>(
+        src, alpha, dst, n, quads);
+    FG_LAUNCH_CHECK();
+}
+
 __global__ void uniform_kernel(float* out, long long n, unsigned long long seed,
                                unsigned long long offset) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
@@ -461,6 +486,18 @@ void cast(const void* src, ScalarType from, void* dst, ScalarType to, long long 
         case ScalarType::bf16: cast_from((const Bf16*)src, dst, to, n); break;
         case ScalarType::f16: cast_from((const F16*)src, dst, to, n); break;
         case ScalarType::i32: cast_from((const int*)src, dst, to, n); break;
+    }
+}
+
+void widen_scale(const void* src, ScalarType from, float alpha, float* dst, long long n) {
+    if (n == 0) return;
+    switch (from) {
+        case ScalarType::f32: launch_widen_scale((const float*)src, alpha, dst, n); break;
+        case ScalarType::bf16: launch_widen_scale((const Bf16*)src, alpha, dst, n); break;
+        case ScalarType::f16: launch_widen_scale((const F16*)src, alpha, dst, n); break;
+        default:
+            throw std::invalid_argument("internal error: widen_scale takes f32, bf16 or f16 "
+                                        "sources only");
     }
 }
 

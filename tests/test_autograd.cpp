@@ -1,5 +1,6 @@
 // tests/test_autograd.cpp: the tape itself: accumulation where paths meet, leaf .grad across
-// backward calls, zero_grad, NoGradGuard, detach, freed graphs and non-scalar roots.
+// backward calls, zero_grad, set_grad_storage, NoGradGuard, detach, freed graphs and non-scalar
+// roots.
 #include <algorithm>
 
 #include "core/allocator.h"
@@ -163,3 +164,39 @@ TEST_CASE("a leaf takes its first gradient without a copy only when nothing else
     CHECK(b.grad().to_vector<float>() == std::vector<float>(4, 1.0f));
 }
 
+
+TEST_CASE("set_grad_storage: the first gradient overwrites the storage, later ones add",
+          "[autograd]") {
+    // y = sum(x * w + 2 w): dy/dw = x + 2, w used twice (the first contribution copies, the
+    // second adds). The storage holds 7s that must not count, and stays where the gradient is.
+    Tensor w = Tensor::from_vector(std::vector<double>{1.0, 2.0, 3.0}, {3});
+    w.set_requires_grad(true);
+    const Tensor x = Tensor::from_vector(std::vector<double>{0.5, -1.0, 4.0}, {3});
+    const std::vector<double> once{2.5, 1.0, 6.0}, twice{5.0, 2.0, 12.0};
+    auto step = [&] { sum(add(mul(x, w), scale(w, 2.0))).backward(); };
+    Tensor storage = Tensor::full({3}, 7.0, DType::f64);
+    w.set_grad_storage(storage);
+    CHECK(w.grad().raw_data() == storage.raw_data());
+    step();
+    CHECK(w.grad().raw_data() == storage.raw_data());
+    CHECK(w.grad().to_vector<double>() == once);
+    step();  // not marked again: adds
+    CHECK(storage.to_vector<double>() == twice);
+    w.set_grad_storage(storage);  // marked again: overwritten
+    step();
+    CHECK(storage.to_vector<double>() == once);
+    // A plain gradient set afterwards is added to again.
+    w.set_grad(Tensor::full({3}, 1.0, DType::f64));
+    step();
+    CHECK(w.grad().to_vector<double>() == std::vector<double>{3.5, 2.0, 7.0});
+    // zero_grad forgets the storage: the next gradient is a tensor of its own.
+    w.set_grad_storage(storage);
+    w.zero_grad();
+    step();
+    CHECK(w.grad().raw_data() != storage.raw_data());
+    CHECK(w.grad().to_vector<double>() == once);
+    CHECK_THROWS_WITH(w.set_grad_storage(Tensor::zeros({4}, DType::f64)),
+                      Contains("set_grad_storage") && Contains("(4)"));
+    CHECK_THROWS_WITH(w.set_grad_storage(Tensor::zeros({3}, DType::f32)),
+                      Contains("set_grad_storage") && Contains("f32"));
+}

@@ -36,18 +36,16 @@ void copy_values(const Tensor& dst, std::int64_t dst_at, const Tensor& src, std:
 }
 
 // flat[0 .. n) = share * sums[0 .. n) in f32, where sums holds the exchange's f32 sums (then it
-// is flat itself: scaled in place) or their bf16 rounding (widened into flat first). One pass
-// over the values where a scale, a new tensor and a copy back would make three. The product is
-// the same float multiplication on both devices, so every rank gets the same bits.
+// is flat itself: scaled in place) or their bf16 rounding (widened and scaled into flat in the
+// same pass). One pass over the values where a cast, a scale and a copy back would make three.
+// The product is the same float multiplication on both devices, so every rank gets the same bits.
 void average_into(const Tensor& flat, const Tensor& sums, std::int64_t n, float share) {
     if (n <= 0) return;
     float* out = flat.data<float>();
     if (flat.is_cuda()) {
-        CudaBackend& cuda = cuda_backend("grad_exchange");
-        if (sums.dtype() != DType::f32)  // the wire's only other type is bf16
-            cuda.cast(sums.raw_data(), kernels::ScalarType::bf16, out, kernels::ScalarType::f32,
-                      n);
-        cuda.scale(kernels::ScalarType::f32, out, share, out, n);
+        const kernels::ScalarType from = sums.dtype() == DType::f32 ? kernels::ScalarType::f32
+                                                                    : kernels::ScalarType::bf16;
+        cuda_backend("grad_exchange").widen_scale(sums.raw_data(), from, share, out, n);
         return;
     }
     if (sums.dtype() == DType::f32) {
@@ -56,13 +54,6 @@ void average_into(const Tensor& flat, const Tensor& sums, std::int64_t n, float 
         std::vector<float> wide = sums.slice(0, n).to_vector<float>();
         for (std::int64_t i = 0; i < n; ++i) out[i] = share * wide[static_cast<std::size_t>(i)];
     }
-}
-
-void set_zero(const Tensor& t) {
-    if (t.is_cuda())
-        cuda_backend("grad_exchange").memset(t.raw_data(), 0, t.nbytes());
-    else
-        std::memset(t.raw_data(), 0, t.nbytes());
 }
 
 // CPU ranks: the TCP group's calls, carried out in order by a thread of their own while the
@@ -272,10 +263,13 @@ void GradientExchange::attach_gradients() {
     received_.assign(params_.size(), false);
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];
-        set_zero(flat_[b]);
+        // The backward's first gradient overwrites the bucket's old values (set_grad_storage),
+        // so nothing zeroes the buckets: a parameter that gets none fails finish(), and the
+        // padding, never written, stays the zeros it was made with.
         for (std::size_t k = 0; k < l.params.size(); ++k) {
             Tensor& p = *params_[static_cast<std::size_t>(l.params[k])].param;
-            p.set_grad(flat_[b].slice(l.offsets[k], l.offsets[k] + p.numel()).reshape(p.shape()));
+            p.set_grad_storage(
+                flat_[b].slice(l.offsets[k], l.offsets[k] + p.numel()).reshape(p.shape()));
         }
     }
 }

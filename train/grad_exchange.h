@@ -4,7 +4,7 @@
 // Each rank computes the gradients of its share of the batch; before the update they are summed
 // over the ranks. GradientExchange does it in buckets (plan_buckets: the last parameters first,
 // as the backward finishes them), flat buffers in which the parameters' gradients live as views
-// (attach_gradients), so the backward accumulates into them directly. During the backward of a
+// (attach_gradients), so the backward writes into them directly. During the backward of a
 // step's last micro-batch each parameter's post-accumulate hook (core/tensor.h) marks its
 // gradient final; as soon as every gradient of a bucket is final, and the buckets before it have
 // been started, the bucket's exchange starts on the side: on a thread of its own for CPU ranks
@@ -68,9 +68,10 @@ public:
     GradientExchange(const GradientExchange&) = delete;
     GradientExchange& operator=(const GradientExchange&) = delete;
 
-    // Zeros the buckets and makes every parameter's gradient a view of its place in its bucket,
-    // so that the backward accumulates straight into the buckets: no copy, and no memory beyond
-    // one gradient a parameter. Called at the start of a step, after zero_grad (without it, the
+    // Makes every parameter's gradient storage a view of its place in its bucket
+    // (Tensor::set_grad_storage), so that the backward writes straight into the buckets: no copy
+    // afterwards, no zeroing before (the first gradient overwrites), and no memory beyond one
+    // gradient a parameter. Called at the start of a step, after zero_grad (without it, the
     // gradients are copied into the buckets).
     void attach_gradients();
     // Starts each bucket's exchange as soon as the next backward has finished its gradients

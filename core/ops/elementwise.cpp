@@ -1,4 +1,5 @@
-// core/ops/elementwise.cpp: add, sub, mul with broadcasting, scale, and in-place accumulation.
+// core/ops/elementwise.cpp: add, sub, mul with broadcasting, scale, and in-place accumulation
+// and copy.
 //   y = a + b:  da = sum_to(g, a.shape),      db = sum_to(g, b.shape)
 //   y = a - b:  da = sum_to(g, a.shape),      db = -sum_to(g, b.shape)
 //   y = a * b:  da = sum_to(g * b, a.shape),  db = sum_to(g * a, b.shape)
@@ -8,6 +9,7 @@
 // contiguous block of the output's (bias (C) over (B, T, C); row statistic (R, 1) over (R, C)).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #include "op_utils.h"
@@ -284,6 +286,19 @@ void add_(Tensor& dst, const Tensor& src) {
         });
         round_into(work, dst);
     }
+}
+
+void copy_(Tensor& dst, const Tensor& src) {
+    FG_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() &&
+                 dst.device() == src.device(),
+             "copy_", "the tensors differ: ", shape_str(dst.shape()), " ", dtype_name(dst.dtype()),
+             " on ", device_name(dst.device()), " = ", shape_str(src.shape()), " ",
+             dtype_name(src.dtype()), " on ", device_name(src.device()));
+    if (dst.raw_data() == src.raw_data()) return;
+    if (dst.is_cuda())
+        cuda_backend("copy_").copy_device_to_device(dst.raw_data(), src.raw_data(), dst.nbytes());
+    else
+        std::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes());
 }
 
 }  // namespace fg

@@ -510,6 +510,27 @@ TEST_CASE("layout ops and casts match the CPU", "[gpu]") {
                       {random_f32({1000})}, 1e-2);
 }
 
+TEST_CASE("widen_scale is cast then scale in one pass, bit for bit", "[gpu]") {
+    // The ranks' gradient averaging (train/grad_exchange.cpp): alpha * float(src) from f32, bf16
+    // and f16 sums, four at a time from aligned buffers and one at a time from a view one element
+    // off, against the two separate kernels it replaces; the output poisoned first.
+    require_gpu();
+    CudaBackend& cuda = cuda_backend("test");
+    const float share = 1.0f / 3.0f;
+    for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+        const Tensor sums = cast(random_f32({4099}, Device::cpu, 50.0f), t).to(Device::cuda);
+        for (std::int64_t first : {0, 1}) {
+            INFO("from " << dtype_name(t) << ", element " << first);
+            const Tensor src = sums.slice(first, 4099);
+            const std::int64_t n = src.numel();
+            const Tensor expected = scale(cast(src, DType::f32), share);
+            Tensor got = Tensor::full({n}, std::nan(""), DType::f32, Device::cuda);
+            cuda.widen_scale(src.raw_data(), ops_detail::scalar_type(t), share, got.data<float>(), n);
+            REQUIRE(got.to_vector<float>() == expected.to_vector<float>());
+        }
+    }
+}
+
 TEST_CASE("philox gives identical numbers on CPU and GPU", "[gpu][random]") {
     require_gpu();
     for (std::int64_t n : {1, 7, 4097, 1 << 20}) {
