@@ -396,9 +396,9 @@ const std::vector<std::string>& resumable_keys() {
     static const std::vector<std::string> keys{
         "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
         "train.device", "train.precision", "train.out_dir", "train.memory_check", "train.zero",
-        "train.bucket_mb", "train.exchange_dtype", "optim.lr", "optim.min_lr",
-        "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip", "kernels.norm_reduction",
-        "kernels.attention", "kernels.cuda_graph"};
+        "train.bucket_mb", "train.exchange_dtype", "train.phase_times", "optim.lr",
+        "optim.min_lr", "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip",
+        "kernels.norm_reduction", "kernels.attention", "kernels.cuda_graph"};
     return keys;
 }
 
