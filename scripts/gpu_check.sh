@@ -298,7 +298,7 @@ PY
                         --set train.out_dir="$dir" --max-steps 40 --ranks "$n" "${sets[@]}" \
                         > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
                     cp "$dir.log" "$out/phases-$n-$(basename "$dir").log" 2>/dev/null
-                    echo "$n GPU(s) ${variant:-default}: $(grep -o 'forward + backward.*' "$dir.log")"
+                    echo "$n GPU(s) ${variant:-default}: $(grep '^phase times' "$dir.log" | sed 's/.*GPU ms): //')"
                 done
             done | tee "$out/phases.txt"
             ;;&
