@@ -291,7 +291,8 @@ void cast_from(const From* src, void* dst, ScalarType to, long long n) {
     FG_LAUNCH_CHECK();
 }
 
-// dst = alpha * float(src), four elements a thread where both are 16-byte aligned.
+// dst = alpha * float(src), four elements a thread where both allow a four-element access
+// (16 bytes of f32, 8 of bf16 or f16).
 template <typename From>
 __global__ void widen_scale_kernel(const From* src, float alpha, float* dst, long long n,
                                    long long quads) {

@@ -279,7 +279,12 @@ PY
             export NCCL_NVLS_ENABLE=0
             have=$(nvidia-smi -L | grep -c '^GPU')
             IFS=';' read -r -a variants <<< ";${PHASE_VARIANTS:-}"
-            for n in 1 ${PHASE_GPUS:-$have}; do
+            : > "$out/phases.txt"
+            # One GPU, then each count asked for (once each, none beyond the machine's).
+            for n in $(printf '%s\n' 1 ${PHASE_GPUS:-$have} | awk '!seen[$0]++'); do
+                if [ "$n" -gt "$have" ]; then
+                    echo "phases: $n GPUs asked, $have here"; status=1; continue
+                fi
                 for variant in "${variants[@]}"; do
                     [ "$n" = 1 ] && [ -n "$variant" ] && continue  # variants are the ranks'
                     envs=() sets=()
@@ -298,9 +303,10 @@ PY
                         --set train.out_dir="$dir" --max-steps 40 --ranks "$n" "${sets[@]}" \
                         > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
                     cp "$dir.log" "$out/phases-$n-$(basename "$dir").log" 2>/dev/null
-                    echo "$n GPU(s) ${variant:-default}: $(grep '^phase times' "$dir.log" | sed 's/.*GPU ms): //')"
+                    echo "$n GPU(s) ${variant:-default}: $(grep '^phase times' "$dir.log" |
+                        sed 's/.*GPU ms): //')" | tee -a "$out/phases.txt"
                 done
-            done | tee "$out/phases.txt"
+            done
             ;;&
         python)
             # The PyTorch package's tests against this build's library, the GPU ones required.

@@ -167,8 +167,9 @@ TEST_CASE("a leaf takes its first gradient without a copy only when nothing else
 
 TEST_CASE("set_grad_storage: the first gradient overwrites the storage, later ones add",
           "[autograd]") {
-    // y = sum(x * w + 2 w): dy/dw = x + 2, w used twice (the first contribution copies, the
-    // second adds). The storage holds 7s that must not count, and stays where the gradient is.
+    // y = sum(x * w + 2 w): dy/dw = x + 2 (w used twice: the engine sums both uses and the
+    // leaf's accumulation copies the sum). The storage holds 7s that must not count, and stays
+    // where the gradient is; a second backward adds.
     Tensor w = Tensor::from_vector(std::vector<double>{1.0, 2.0, 3.0}, {3});
     w.set_requires_grad(true);
     const Tensor x = Tensor::from_vector(std::vector<double>{0.5, -1.0, 4.0}, {3});

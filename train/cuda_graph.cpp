@@ -19,8 +19,8 @@ constexpr std::size_t round_up16(std::size_t n) { return (n + 15) / 16 * 16; }
 
 std::string cuda_graph_unsupported(const Config& c, Device device, const Optimizer& opt) {
     if (!c.kernels.cuda_graph) return "kernels.cuda_graph is false";
-    if (c.train.phase_times) return "train.phase_times times the phases between eager launches";
     if (device != Device::cuda) return "the run is on the CPU";
+    if (c.train.phase_times) return "train.phase_times times the phases between eager launches";
     if (dynamic_cast<const AdamW*>(&opt) == nullptr)
         return std::string("optim.name ") + opt.name() +
                " has no device-side update (adamw has): its steps run eagerly";

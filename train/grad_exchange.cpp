@@ -326,8 +326,8 @@ void GradientExchange::start(std::size_t b) {
 void GradientExchange::finish() {
     NoGradGuard no_grad;
     if (attached_) {
-        // The attached gradients all exist (zeros): whether a backward reached each one is in
-        // received_. The same on every rank, so every rank stops here, once the buckets the
+        // The attached gradients all exist (with old values where no backward wrote): whether a
+        // backward reached each one is in received_. The same on every rank, so every rank stops here, once the buckets the
         // backward started have been exchanged (they are queued on every rank alike).
         attached_ = false;
         for (std::size_t i = 0; i < params_.size(); ++i) {

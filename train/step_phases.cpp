@@ -42,6 +42,12 @@ void StepPhases::read(int set) {
             cuda.event_elapsed_ms(events_[set][p], events_[set][p + 1]));
 }
 
+void StepPhases::reset() {
+    for (auto& v : phase_ms_) v.clear();
+    wall_ms_.clear();
+    pending_ = false;
+}
+
 void StepPhases::step_done(double wall_ms) {
     if (pending_) read(1 - current_);
     wall_ms_.push_back(wall_ms);

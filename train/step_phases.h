@@ -36,6 +36,8 @@ public:
     // not enough), as one line for the log; waits for the last step's marks.
     std::string summary(std::size_t skip);
     std::size_t steps_timed() const { return wall_ms_.size(); }
+    // Forgets the steps timed so far (a new Trainer::run call times its own).
+    void reset();
 
 private:
     void read(int set);

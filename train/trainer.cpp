@@ -608,7 +608,7 @@ double Trainer::train_step() {
     if (phases_) phases_->mark(StepPhases::kStart);
     model_->train(true);
     opt_->zero_grad();
-    if (exchange_) exchange_->attach_gradients();  // the backward adds into the buckets
+    if (exchange_) exchange_->attach_gradients();  // the backward writes into the buckets
     // The micro-batches' losses are summed where they are computed, and the gradients' norm and
     // clip factor computed there too: the host waits once, for the sum and the norm, when the
     // whole forward and backward of the step are queued.
@@ -885,6 +885,7 @@ void Trainer::run(std::int64_t stop_at) {
              << "\n";
     bool first = true;
     ms_average_ = 0.0;
+    if (phases_) phases_->reset();  // this call's steps alone
     // The captured step lives for this call only, also when it ends in an error (its device
     // state may then be halted, and the parameters' addresses it holds may change after it).
     struct DropGraph {
@@ -962,8 +963,8 @@ void Trainer::run(std::int64_t stop_at) {
     }
     if (graph_ && graph_->pending() > 0) collect_captured_steps();
     graph_.reset();  // it holds the parameters' addresses: the next run() captures anew
-    if (phases_ && phases_->steps_timed() > 0) log_ << phases_->summary(10) << "\n";
     if (progress_bar_) log_ << clear_bar;
+    if (phases_ && phases_->steps_timed() > 0) log_ << phases_->summary(10) << "\n";
     if (group_) {
         check_replicas_identical();
         log_ << "ranks: the last step started " << exchange_->started_during_backward() << " of "
