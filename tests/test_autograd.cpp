@@ -200,4 +200,7 @@ TEST_CASE("set_grad_storage: the first gradient overwrites the storage, later on
                       Contains("set_grad_storage") && Contains("(4)"));
     CHECK_THROWS_WITH(w.set_grad_storage(Tensor::zeros({3}, DType::f32)),
                       Contains("set_grad_storage") && Contains("f32"));
+    CHECK_THROWS_WITH(w.set_grad_storage(Tensor()),
+                      Contains("[set_grad_storage] the storage must match the tensor: undefined "
+                               "for (3) f64 on cpu"));
 }

@@ -81,6 +81,10 @@ TEST_CASE("layout and shape arguments are checked", "[errors]") {
     REQUIRE_THROWS_WITH(softmax(Tensor::zeros({3, 2}), true), Contains("[softmax] causal mask needs Tq <= Tk, got (3, 2)"));
     Tensor a = Tensor::zeros({3});
     REQUIRE_THROWS_WITH(add_(a, Tensor::zeros({4})), Contains("[add_] shapes differ: (3) += (4)"));
+    REQUIRE_THROWS_WITH(copy_(a, Tensor::zeros({4})),
+                        Contains("[copy_] the tensors differ: (3) f32 on cpu = (4) f32 on cpu"));
+    REQUIRE_THROWS_WITH(copy_(a, Tensor::zeros({3}, DType::f64)),
+                        Contains("[copy_] the tensors differ: (3) f32 on cpu = (3) f64 on cpu"));
     REQUIRE_THROWS_WITH(a.data<double>(), Contains("[data] tensor holds f32, asked for f64"));
     REQUIRE_THROWS_WITH(randint({2}, 0), Contains("[randint] high must be positive, got 0"));
     REQUIRE_THROWS_WITH(Tensor().backward(), Contains("[backward] called on an undefined tensor"));

@@ -229,4 +229,19 @@ TEST_CASE("kernels.cuda_graph: the log says how steps run, and why not captured"
     Tensor p = Tensor::zeros({2}).set_requires_grad(true);
     AdamW adamw({{"p", &p}}, AdamWOptions{});
     CHECK(cuda_graph_unsupported(test::tiny_addition_run(dir, 2), Device::cuda, adamw).empty());
+    CHECK(cuda_graph_unsupported(test::tiny_addition_run(dir, 2, {"train.phase_times=true"}),
+                                 Device::cuda, adamw) ==
+          "train.phase_times times the phases between eager launches");
+}
+
+TEST_CASE("train.phase_times on the CPU says it has no effect", "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings_phases";
+    fs::remove_all(dir);
+    std::ostringstream log;
+    Trainer t(test::tiny_addition_run(dir, 2, {"train.phase_times=true"}), log);
+    t.run();
+    const std::string text = log.str();
+    CHECK(text.find("note: train.phase_times times GPU steps; on the CPU it has no effect\n") !=
+          std::string::npos);
+    CHECK(text.find("phase times (median") == std::string::npos);
 }

@@ -529,6 +529,11 @@ TEST_CASE("widen_scale is cast then scale in one pass, bit for bit", "[gpu]") {
             REQUIRE(got.to_vector<float>() == expected.to_vector<float>());
         }
     }
+    Tensor ids = Tensor::zeros({4}, DType::i32, Device::cuda);
+    Tensor out = Tensor::zeros({4}, DType::f32, Device::cuda);
+    REQUIRE_THROWS_WITH(cuda.widen_scale(ids.raw_data(), kernels::ScalarType::i32, share,
+                                         out.data<float>(), 4),
+                        Contains("widen_scale takes f32, bf16 or f16 sources only"));
 }
 
 TEST_CASE("philox gives identical numbers on CPU and GPU", "[gpu][random]") {
