@@ -12,10 +12,13 @@
 // PyTorch's modules keep them).
 // Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]... [--weights f32|input]
 //                   [--dtype bf16|f32] [--norm layernorm|rmsnorm] [--columns NAME[,NAME]...]
-//                   [--kernel ref1|ref2|tuned]
+//                   [--kernel ref1|ref2|ref3|ref4|ref5|tuned|ladder]
 //   --kernel: the rung of the ladder to time (kernels/norm/reference.h): ref1 (one thread a row),
-//   ref2 (one warp a row), tuned (the default); the reference rows are fwd, bwd (dw / db by the
-//   column kernel) and fwd inference.
+//   ref2 (one warp a row), ref3 (the row in registers, 16-byte vectors), ref4 (ref3 + dw / db by
+//   lock-guarded partial rows), ref5 (ref3 + a persistent grid's partial rows), tuned (the
+//   default); the reference rows are fwd, bwd and fwd inference. ladder: every rung and the tuned
+//   kernels (both strategies), one line each per shape, fwd and bwd in GB/s and % of copy, on
+//   the shapes below plus 16384 x 1024.
 //   --sweep: % of copy under several tunings, after a copy of the forward's bytes (the ceiling
 //   of a pass that moves that little: launch, ramp-up and tail count for more);
 //   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm;
@@ -129,8 +132,10 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
         a.dx = dx.raw_data();
         a.dweight = dw.raw_data();
         a.dbias = layer ? db.raw_data() : nullptr;
-        Tensor ws = Tensor::empty({(std::int64_t)cuda.norm_backward_workspace_bytes(a) / 4 + 1},
-                                  DType::f32, Device::cuda);
+        const std::size_t ws_bytes =
+            reference ? kernels::norm_backward_reference_workspace_bytes(a, reference)
+                      : cuda.norm_backward_workspace_bytes(a);
+        Tensor ws = Tensor::empty({(std::int64_t)ws_bytes / 4 + 1}, DType::f32, Device::cuda);
         a.workspace = ws.raw_data();
         if (reference) {
             add_row("bwd", timer.median_ms([&] { kernels::norm_backward_reference(a, reference); }),
@@ -175,6 +180,7 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
 struct SweepColumn {
     std::string name;
     kernels::NormTuning tuning;
+    bool locked = false;  // its bwd is strategy (a)'s, not (b)'s
 };
 std::vector<SweepColumn> sweep_columns() {
     using Tuning = kernels::NormTuning;
@@ -185,6 +191,18 @@ std::vector<SweepColumn> sweep_columns() {
         columns.push_back({std::move(name), t});
     };
     column("auto", [](Tuning&) {});
+    // Strategy (a): G partial rows under locks (auto: rule B5), grids of fewer blocks an SM.
+    auto locked = [&](std::string name, auto change) {
+        column(std::move(name), change);
+        columns.back().locked = true;
+    };
+    locked("locked", [](Tuning&) {});
+    for (int g : {33, 264, 528, 1 << 20})
+        locked(g == 1 << 20 ? std::string("locked G all") : "locked G " + std::to_string(g),
+               [g](Tuning& t) { t.lock_rows = g; });
+    for (int threads : {256, 1024})
+        locked("locked " + std::to_string(threads) + "/SM",
+               [threads](Tuning& t) { t.grid_threads_per_sm = threads; });
     column("prefetch 0", [](Tuning& t) { t.prefetch_distance = 0; });
     column("registers", [](Tuning& t) { t.stage_bytes = 0; });
     for (int stages : {3, 4})  // auto is 2
@@ -265,8 +283,9 @@ std::vector<SweepColumn> pick_columns(const std::string& wanted) {
 void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
            const std::vector<SweepColumn>& columns, const std::vector<NormShape>& shapes,
            const std::vector<DType>& dtypes, const std::vector<NormKind>& kinds) {
-    std::printf("\nsweep: %% of copy, fwd / bwd (b), under these tunings (auto: the defaults; "
-                "loop TxV: every row looped, T threads, V vectors a step):\n%-22s %9s",
+    std::printf("\nsweep: %% of copy, fwd / bwd (b; (a) in the locked columns), under these "
+                "tunings (auto: the defaults; loop TxV: every row looped, T threads, V vectors a "
+                "step):\n%-22s %9s",
                 "case", "copy fwd");
     for (const SweepColumn& c : columns) std::printf(" %15s", c.name.c_str());
     std::printf("\n");
@@ -279,16 +298,61 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
                 const std::size_t bytes = (std::size_t)(s.m * s.n) * dtype_size(dt);
                 std::printf(" %9.1f", 100 * bench::copy_bandwidth_gbs(timer, bytes) / copy_gbs);
                 for (const SweepColumn& c : columns) {
+                    // rows: fwd, bwd grid, (bwd locked,) fwd inference
                     std::vector<Row> rows =
                         bench_shape(timer, copy_gbs, kind, dt, weights_f32 ? DType::f32 : dt, s,
-                                    false, false, &c.tuning);
-                    std::printf("   %5.1f / %5.1f", 100 * rows[0].ratio, 100 * rows[1].ratio);
+                                    false, c.locked, &c.tuning);
+                    std::printf("   %5.1f / %5.1f", 100 * rows[0].ratio,
+                                100 * rows[c.locked ? 2 : 1].ratio);
                 }
                 std::printf("\n");
                 std::fflush(stdout);
             }
         }
     }
+}
+
+// --kernel ladder: for each case, every rung of the reference tier and the tuned kernels with
+// both dw / db strategies, forward and backward beside the copy. Returns the rows for the JSON.
+std::vector<Row> ladder(bench::Timer& timer, double copy_gbs, bool weights_f32,
+                        const std::vector<NormShape>& shapes, const std::vector<DType>& dtypes,
+                        const std::vector<NormKind>& kinds) {
+    static const char* const kRungs[] = {
+        "v1 thread a row", "v2 warp a row", "v3 row in registers", "v4 + locked partial rows",
+        "v5 + grid partial rows"};
+    std::vector<Row> all;
+    std::printf("\nladder: GB/s (%% of copy); versions 4 and 5 run version 3's forward\n");
+    for (DType dt : dtypes)
+        for (NormKind kind : kinds)
+            for (NormShape s : shapes) {
+                std::printf("\n%s %s %lldx%lld\n%-26s %18s %18s\n", dtype_name(dt),
+                            kind == NormKind::rms ? "rmsnorm" : "layernorm", (long long)s.m,
+                            (long long)s.n, "rung", "fwd", "bwd");
+                const DType wt = weights_f32 ? DType::f32 : dt;
+                auto line = [&](const char* name, const Row& fwd, const Row& bwd) {
+                    std::printf("%-26s %9.0f (%5.1f%%) %9.0f (%5.1f%%)\n", name, fwd.value,
+                                100 * fwd.ratio, bwd.value, 100 * bwd.ratio);
+                    std::fflush(stdout);
+                };
+                for (int version = 1; version <= kernels::kNormReferenceVersions; ++version) {
+                    std::vector<Row> rows;  // fwd, bwd, fwd inference
+                    try {
+                        rows = bench_shape(timer, copy_gbs, kind, dt, wt, s, false, false,
+                                           nullptr, version);
+                    } catch (const std::invalid_argument& e) {  // a row longer than it holds
+                        std::printf("%-26s %s\n", kRungs[version - 1], e.what());
+                        continue;
+                    }
+                    line(kRungs[version - 1], rows[0], rows[1]);
+                    all.insert(all.end(), rows.begin(), rows.end());
+                }
+                // rows: fwd, bwd grid, bwd locked, fwd inference
+                std::vector<Row> tuned = bench_shape(timer, copy_gbs, kind, dt, wt, s, false);
+                line("tuned, grid (b)", tuned[0], tuned[1]);
+                line("tuned, locked (a)", tuned[0], tuned[2]);
+                all.insert(all.end(), tuned.begin(), tuned.end());
+            }
+    return all;
 }
 
 }  // namespace
@@ -300,16 +364,22 @@ int main(int argc, char** argv) {
     std::vector<DType> dtypes{DType::bf16, DType::f32};
     std::vector<NormKind> kinds{NormKind::layer, NormKind::rms};
     std::string columns;
-    int reference = 0;  // --kernel: 0 tuned, 1 or 2 a reference version
+    int reference = 0;  // --kernel: 0 tuned, 1 to 5 a reference version
+    bool do_ladder = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) {
             const std::string k = argv[++i];
-            if (k != "ref1" && k != "ref2" && k != "tuned") {
-                std::fprintf(stderr, "bench_norm: --kernel wants ref1, ref2 or tuned (got '%s')\n",
-                             k.c_str());
+            const bool ref = k.size() == 4 && k.compare(0, 3, "ref") == 0 && k[3] >= '1' &&
+                             k[3] < '1' + kernels::kNormReferenceVersions;
+            if (!ref && k != "tuned" && k != "ladder") {
+                std::fprintf(stderr,
+                             "bench_norm: --kernel wants ref1 to ref%d, tuned or ladder (got "
+                             "'%s')\n",
+                             kernels::kNormReferenceVersions, k.c_str());
                 return 2;
             }
-            reference = k == "tuned" ? 0 : k[3] - '0';
+            reference = ref ? k[3] - '0' : 0;
+            do_ladder = k == "ladder";
         }
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -369,10 +439,19 @@ int main(int argc, char** argv) {
         double copy = bench::copy_bandwidth_gbs(timer, std::size_t(1) << 30);
         std::vector<Row> rows{
             {"copy", "cudaMemcpy device to device", "1 GiB", 0.0, copy, "GB/s", 1.0, "of copy"}};
-        std::vector<NormShape> shapes{{16384, 384}, {32768, 1024}, {8192, 4096},
+        // The baby GPT's and GPT-2 small's widths, then M N = 2^25 from N = 1024 to 32768.
+        std::vector<NormShape> shapes{{16384, 384}, {16384, 768}, {32768, 1024}, {8192, 4096},
                                       {4096, 8192}, {2048, 16384}, {1024, 32768}};
-        if (quick) shapes = {{16384, 384}, {4096, 8192}};
+        if (do_ladder) shapes.insert(shapes.begin() + 2, {16384, 1024});
+        if (quick) shapes = {{16384, 384}, {16384, 768}, {4096, 8192}};
         if (!only.empty()) shapes = only;
+        if (do_ladder) {
+            std::vector<Row> part = ladder(timer, copy, weights_f32, shapes, dtypes, kinds);
+            rows.insert(rows.end(), part.begin(), part.end());
+            bench::write_json(json, dev.name, copy, rows);
+            std::printf("\nwrote %s\n", json.c_str());
+            return 0;
+        }
         if (do_sweep) {
             sweep(timer, copy, weights_f32, sweep_cols, shapes, dtypes, kinds);
             return 0;

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from torch_timer import Timer  # bench/torch_timer.py (python3 puts bench/ on the path)
 
-SHAPES = [(16384, 384), (32768, 1024), (8192, 4096), (4096, 8192), (2048, 16384), (1024, 32768)]
-QUICK = [(16384, 384), (4096, 8192)]
+SHAPES = [(16384, 384), (16384, 768), (32768, 1024), (8192, 4096), (4096, 8192), (2048, 16384), (1024, 32768)]
+QUICK = [(16384, 384), (16384, 768), (4096, 8192)]
 
 
 def norm_fn(kind, n):

@@ -33,7 +33,8 @@ enum class NormKind : int { rms = 0, layer = 1 };
 // How dw / db are summed across rows (see docs/norms.md).
 enum class NormReduction : int {
     automatic = 0,  // pick per shape: rule B1 (kernels/norm/plan.cpp)
-    locked = 1,     // (a) G lock-guarded fp32 partial rows, then a column reduction
+    locked = 1,     // (a) a persistent grid whose blocks add into G lock-guarded fp32 partial
+                    //     rows, then a column reduction
     grid = 2,       // (b) a persistent grid, one fp32 partial row per block, then a column
                     //     reduction (on Hopper, by the staged grid itself); deterministic
 };
@@ -43,9 +44,12 @@ const char* norm_reduction_name(NormReduction r);
 // argument of one call; the defaults, and kAuto, leave each choice to its rule in
 // kernels/norm/plan.cpp (the rule ids are the rows of docs/norms.md's "Tuning rules").
 struct NormTuning {
-    // The persistent grid of backward (b) gets as many blocks per SM as fit at once, but at most
-    // this many threads per SM.
+    // The persistent grid of the backward (both strategies) gets as many blocks per SM as fit
+    // at once, but at most this many threads per SM.
     int grid_threads_per_sm = 2048;
+    // Strategy (a)'s G: the partial rows its blocks share under locks (1 to the blocks). kAuto:
+    // rule B5 (kernels/norm/plan.cpp).
+    int lock_rows = kAuto;
     int forward_elems = 32;  // elements of x a forward thread holds in registers
     // ... a backward thread (it also holds dy and two sums per element). kAuto: rule B2 for the
     // register kernels, rule B4 for staged rows (kernels/norm/plan.cpp); staged rows never take
@@ -149,13 +153,10 @@ struct NormBackwardArgs {
     void* dx = nullptr;
     void* dweight = nullptr;  // optional (needs weight)
     void* dbias = nullptr;    // optional
-    bool accumulate = false;  // add into dweight / dbias instead of overwriting them
     void* workspace = nullptr;
     const NormTuning* tuning = nullptr;  // null: the defaults (NormTuning{})
 };
 
-// The strategy `automatic` resolves to for this shape and type.
-NormReduction norm_pick_reduction(long long rows, long long cols, ScalarType x_type);
 // Bytes of workspace norm_backward needs (0 when neither dweight nor dbias is asked for).
 std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& a);
 void norm_backward(const NormBackwardArgs& a);

@@ -2,7 +2,7 @@
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
-#   scripts/gpu_check.sh [tests|bench|attention|norm|sanitize|parity|shakespeare|seeds|gpt2|
+#   scripts/gpu_check.sh [tests|bench|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|
 #                         breakdown|nanogpt|ddp|phases|python|overhead|all]...
 #   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
 #   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
@@ -10,6 +10,7 @@
 #   only those cases of fg_gpu_tests (the whole GPU suite takes over 5 minutes);
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
+#   ladder: bench_norm --kernel ladder (LADDER_FLAGS: more of its flags, e.g. --dtype bf16).
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
 #   overhead: bench/norm_torch_overhead.py with a host profile.
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
@@ -321,6 +322,12 @@ PY
                 status=1
             grep "^|" "$out/overhead.log"
             ;;&
+        ladder)
+            # Every rung of the norm ladder beside the tuned kernels (docs/norms.md section 3).
+            build-gpu/bench/bench_norm --kernel ladder ${LADDER_FLAGS:-} --json "$out/ladder.json" \
+                > "$out/ladder.log" 2>&1 || status=1
+            grep -v "^bench_norm\|^wrote" "$out/ladder.log" | head -400
+            ;;
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.
             for tool in memcheck racecheck; do

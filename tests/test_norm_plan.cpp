@@ -2,11 +2,14 @@
 // the kernel each measured rule picks at the shapes of docs/norms.md on an H100-like device, the
 // tuning's overrides, and, over a sweep of shapes, types, options and tunings, that no plan asks
 // a kernel for more than it is built for (values a thread, threads a block, shared memory,
-// cluster sizes, second-pass batches) or sizes a workspace too small for its partial rows.
+// cluster sizes, second-pass batches) or sizes a workspace too small for its partial rows; and
+// the plan in words (kernels/norm/explain.h) against the plans themselves.
 #include <catch2/catch.hpp>
 
+#include <string>
 #include <vector>
 
+#include "kernels/norm/explain.h"
 #include "kernels/norm/plan.h"
 
 using namespace fg::kernels;
@@ -188,7 +191,8 @@ TEST_CASE("norm plans: the measured rules pick their kernels at docs/norms.md's 
     bl.reduction = NormReduction::locked;
     bp = plan_backward(bl, d, t);
     CHECK(bp.reduction == NormReduction::locked);
-    CHECK(bp.partial_rows == 128);  // B5
+    CHECK(bp.blocks == 132 * 2048 / bp.layout.threads);  // a grid the GPU holds at once
+    CHECK(bp.partial_rows == 132);                       // B5: one partial row an SM
     CHECK(bp.staged.stages == 0);  // the locked strategy is never staged
     CHECK(bp.prefetch == 1);  // B6: several vectors a thread
     NormCall split = call(NormKind::layer, 4, 1024, 32768);
@@ -284,4 +288,68 @@ TEST_CASE("norm plans never ask a kernel for more than it is built for", "[norm_
                                 ++plans;
                             }
     CHECK(plans == 2 * 5 * 2 * 2 * 15 * 3 * 4);
+}
+
+TEST_CASE("norm plans in words name the planned kernels, their shape and their rules",
+          "[norm_plan]") {
+    using Catch::Matchers::Contains;
+    const NormDevice d = norm_device_named("h100");
+    CHECK(d.sm_count == h100().sm_count);
+    CHECK(d.staging);
+    CHECK_FALSE(norm_device_named("a100").staging);
+    CHECK_THROWS_WITH(norm_device_named("v100"),
+                      Contains("no device called 'v100' (known: h100, h200, a100)"));
+    const NormTuning t;
+    auto layout = [](const RowLayout& l) {
+        return std::to_string(l.tpr) + " threads a row x " + std::to_string(l.items);
+    };
+    // GPT-2 small's width in bf16: the register forward built for its shape; the staged grid
+    // backward adding its own partial rows.
+    NormCall gpt2 = call(NormKind::layer, 2, 16384, 768);
+    gpt2.reduction = NormReduction::automatic;
+    ForwardPlan f = plan_forward(gpt2, d, t);
+    BackwardPlan b = plan_backward(gpt2, d, t);
+    std::string text = explain_plan(gpt2, d, t);
+    INFO(text);
+    REQUIRE(f.kernel == ForwardKernel::registers);
+    CHECK_THAT(text, Contains("kernel: registers (norm_forward_kernel)"));
+    CHECK_THAT(text, Contains("layout: " + layout(f.rows)));
+    CHECK_THAT(text, Contains("built for the shape: yes, " + std::to_string(f.rows.tpr) +
+                              " threads x " + std::to_string(f.fixed_items) + " vectors  [F9]"));
+    CHECK_THAT(text, Contains("dw / db strategy: grid (asked: auto)  [B1]"));
+    REQUIRE(b.staged.stages == 2);
+    CHECK_THAT(text, Contains("kernel: staged (norm_backward_staged_kernel)  [B3 B4]"));
+    CHECK_THAT(text, Contains("column sums: by the staged grid itself"));
+    CHECK_THAT(text, Contains("workspace: " + std::to_string(backward_workspace_bytes(b, 768)) +
+                              " bytes"));
+    // Without staging (an A100): the register backward, short rows one vector a thread (B2).
+    const NormDevice a100 = norm_device_named("a100");
+    b = plan_backward(gpt2, a100, t);
+    text = explain_plan(gpt2, a100, t);
+    CHECK_THAT(text, Contains("kernel: registers (norm_backward_kernel)"));
+    CHECK_THAT(text, Contains("layout: " + layout(b.layout) + " vector"));
+    CHECK_THAT(text, Contains("[B2]"));
+    // The locked strategy: a partial row an SM, shared under locks (B5).
+    NormCall locked = call(NormKind::rms, 4, 8192, 4096);
+    locked.reduction = NormReduction::locked;
+    b = plan_backward(locked, d, t);
+    text = explain_plan(locked, d, t);
+    CHECK_THAT(text, Contains("dw / db strategy: locked (asked)"));
+    CHECK_THAT(text, Contains("partial rows: " + std::to_string(b.partial_rows) +
+                              " shared under locks (one an SM)  [B5]"));
+    // Long f32 rows over the L2 share: looped forward (F4, F5), split staged backward (B3).
+    NormCall long_rows = call(NormKind::rms, 4, 1024, 32768);
+    f = plan_forward(long_rows, d, t);
+    b = plan_backward(long_rows, d, t);
+    text = explain_plan(long_rows, d, t);
+    REQUIRE(f.kernel == ForwardKernel::looped);
+    CHECK_THAT(text, Contains("kernel: looped (norm_forward_looped_kernel)"));
+    CHECK_THAT(text, Contains(std::to_string(f.loop_threads) + " threads x " +
+                              std::to_string(f.loop_vectors) + " vectors"));
+    REQUIRE(b.staged.split > 1);
+    CHECK_THAT(text, Contains("split over a cluster of " + std::to_string(b.staged.split)));
+    // No dw / db asked for: no workspace line.
+    NormCall no_grads = gpt2;
+    no_grads.partials = false;
+    CHECK_THAT(explain_plan(no_grads, d, t), Contains("dw / db: not asked for"));
 }

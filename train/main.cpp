@@ -1,5 +1,5 @@
 // train/main.cpp: the `fusegrad` command. The only place that catches exceptions: it prints
-// "error: ..." and exits non-zero. Subcommands: train, sample, eval, plot, demo, info.
+// "error: ..." and exits non-zero. Subcommands: train, sample, eval, plot, demo, info, norm-plan.
 #include <cerrno>
 #include <csignal>
 #include <new>
@@ -21,6 +21,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "demo.h"
+#include "kernels/norm/explain.h"
 #include "plot.h"
 #include "trainer.h"
 
@@ -45,7 +46,12 @@ const char* kUsage =
     "        train and validation loss (and held-out accuracy for addition)\n"
     "  plot OUT.svg LABEL=METRICS.jsonl... [--title TEXT] [--y-max LOSS]\n"
     "        train and validation loss of one or more runs on the same axes\n"
-    "  info  print the build and the devices fusegrad can use\n";
+    "  info  print the build and the devices fusegrad can use\n"
+    "  norm-plan --cols N [--rows M] [--norm rms|layer] [--dtype bf16|f16|f32]\n"
+    "            [--weights f32|input] [--weight|--bias|--residual|--dh|--zero-centered|\n"
+    "            --misaligned yes|no] [--reduction auto|grid|locked] [--gpu h100|h200|a100]\n"
+    "        which fused norm kernels a call of that shape runs, and why (the rule ids of\n"
+    "        docs/norms.md's tuning rules); needs no GPU\n";
 
 fg::Device parse_device(const std::string& value) {
     if (value == "cpu") return fg::Device::cpu;
@@ -155,6 +161,78 @@ int launch_ranks(long ranks, const std::vector<std::string>& args) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return status;
+}
+
+// `fusegrad norm-plan`: kernels/norm/explain.h's account of one call's plan.
+int norm_plan_command(const std::vector<std::string>& args) {
+    namespace np = fg::kernels::norm_plan;
+    np::NormCall call;
+    call.rows = 16384;
+    call.elem_bytes = 2;
+    call.weight = true;
+    call.partials = true;
+    call.reduction = fg::kernels::NormReduction::automatic;
+    std::string gpu = "h100", bias = "", weights = "f32", dtype = "bf16";
+    bool misaligned = false;
+    auto yes_no = [](const std::string& flag, const std::string& value) {
+        FG_CHECK(value == "yes" || value == "no", "norm-plan", flag, " wants yes or no, got '",
+                 value, "'");
+        return value == "yes";
+    };
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string& flag = args[i];
+        FG_CHECK(i + 1 < args.size(), "norm-plan", flag, " needs a value");
+        const std::string& value = args[++i];
+        if (flag == "--cols") call.cols = parse_int(flag, value, 1, 1L << 30);
+        else if (flag == "--rows") call.rows = parse_int(flag, value, 1, 1L << 40);
+        else if (flag == "--gpu") gpu = value;
+        else if (flag == "--bias") bias = value;
+        else if (flag == "--weight") call.weight = yes_no(flag, value);
+        else if (flag == "--residual") call.residual = yes_no(flag, value);
+        else if (flag == "--dh") call.dh = yes_no(flag, value);
+        else if (flag == "--zero-centered") call.zero_centered = yes_no(flag, value);
+        else if (flag == "--misaligned") misaligned = yes_no(flag, value);
+        else if (flag == "--norm") {
+            FG_CHECK(value == "rms" || value == "layer", "norm-plan",
+                     "--norm wants rms or layer, got '", value, "'");
+            call.kind = value == "rms" ? fg::kernels::NormKind::rms : fg::kernels::NormKind::layer;
+        } else if (flag == "--dtype") {
+            FG_CHECK(value == "bf16" || value == "f16" || value == "f32", "norm-plan",
+                     "--dtype wants bf16, f16 or f32, got '", value, "'");
+            call.elem_bytes = value == "f32" ? 4 : 2;
+            dtype = value;
+        } else if (flag == "--weights") {
+            FG_CHECK(value == "f32" || value == "input", "norm-plan",
+                     "--weights wants f32 or input, got '", value, "'");
+            weights = value;
+        } else if (flag == "--reduction") {
+            FG_CHECK(value == "auto" || value == "grid" || value == "locked", "norm-plan",
+                     "--reduction wants auto, grid or locked, got '", value, "'");
+            call.reduction = value == "grid"     ? fg::kernels::NormReduction::grid
+                             : value == "locked" ? fg::kernels::NormReduction::locked
+                                                 : fg::kernels::NormReduction::automatic;
+        } else {
+            fg::fail("norm-plan", "unknown option '", flag, "' (try fusegrad --help)");
+        }
+    }
+    FG_CHECK(call.cols > 0, "norm-plan", "--cols N is needed: the length of a row");
+    // LayerNorm modules have a bias and RMSNorm ones do not, unless told otherwise.
+    call.bias = bias.empty() ? call.kind == fg::kernels::NormKind::layer : yes_no("--bias", bias);
+    call.weight_bytes = weights == "f32" ? 4 : call.elem_bytes;
+    call.vector_ok = !misaligned && call.cols % (16 / call.elem_bytes) == 0;
+    np::NormDevice device;
+    try {
+        device = np::norm_device_named(gpu);
+    } catch (const std::invalid_argument& e) {
+        fg::fail("norm-plan", "--gpu: ", e.what());
+    }
+    std::printf("%s %s, %lld x %lld, weights %s%s%s%s%s, %s 16-byte vectors, on %s:\n",
+                call.kind == fg::kernels::NormKind::rms ? "rmsnorm" : "layernorm",
+                dtype.c_str(), call.rows, call.cols, call.weight_bytes == 4 ? "f32" : dtype.c_str(), call.weight ? "" : ", no weight",
+                call.bias ? ", bias" : "", call.residual ? ", fused residual" : "",
+                call.dh ? ", dh" : "", call.vector_ok ? "with" : "without", gpu.c_str());
+    std::fputs(np::explain_plan(call, device, fg::kernels::NormTuning{}).c_str(), stdout);
+    return 0;
 }
 
 int run(const std::vector<std::string>& args) {
@@ -312,6 +390,7 @@ int run(const std::vector<std::string>& args) {
         fg::write_loss_curves(runs, args[1], title, y_max);
         return 0;
     }
+    if (command == "norm-plan") return norm_plan_command(args);
     if (command == "demo") {
         fg::DemoOptions opt;
         opt.device = parse_device("auto");

@@ -56,11 +56,10 @@ struct BackwardParams {
     int lock_rows;      // G
     // dw and db (null: not wanted, and no partial row kept for it). The kernels write them only
     // when the staged grid adds the partial rows itself (launched cooperatively; see
-    // grid_column_sums), adding to their contents when accumulating; else the column kernel does.
+    // grid_column_sums); else the column kernel does.
     W* dw;
     W* db;
     bool grid_sums;
-    bool accumulate;
 };
 
 // Lock-guarded partial rows: acquire / release partial row `gi` for the whole block.
@@ -143,10 +142,10 @@ __device__ __forceinline__ void write_partial_row(const float (&acc)[ITEMS][VEC]
 // the S slice sums of a quad are then added in slice order through shared memory. The order is
 // fixed by G, R and the block size: the same shape gives the same bits. cols % 4 == 0;
 // `scratch` holds blockDim.x float4.
-//   dw[c] (+)= sum over r of partial_dw[r][c], db likewise
+//   dw[c] = sum over r of partial_dw[r][c], db likewise
 template <typename W>
 __device__ void grid_column_sums(const float* partial_dw, const float* partial_db, W* dw, W* db,
-                                 int R, long long cols, bool accumulate, float4* scratch) {
+                                 int R, long long cols, float4* scratch) {
     const long long quads = cols / 4;  // of each output
     const long long all = (dw ? quads : 0) + (db ? quads : 0);
     const long long q0 = all * blockIdx.x / gridDim.x, q1 = all * (blockIdx.x + 1) / gridDim.x;
@@ -188,7 +187,7 @@ __device__ void grid_column_sums(const float* partial_dw, const float* partial_d
             W* out = (of_dw ? dw : db) + 4 * at;
 #pragma unroll
             for (int k = 0; k < 4; ++k)
-                out[k] = from_float<W>(accumulate ? to_float(out[k]) + v[k] : v[k]);
+                out[k] = from_float<W>(v[k]);
         }
         __syncthreads();  // scratch is free for the next pass
     }
@@ -471,8 +470,7 @@ __global__ void __launch_bounds__(512, 1)
     // shared memory is free again (every thread of this block has passed the barrier).
     cooperative_groups::this_grid().sync();
     float4* scratch = reinterpret_cast<float4*>(stage_smem);
-    grid_column_sums(p.partial_dw, p.partial_db, p.dw, p.db, (int)units, p.cols, p.accumulate,
-                     scratch);
+    grid_column_sums(p.partial_dw, p.partial_db, p.dw, p.db, (int)units, p.cols, scratch);
 #else
     (void)p, (void)tpr, (void)stages;
     __trap();  // the host launches this only where the device code has it (staging_supported)
@@ -556,7 +554,7 @@ __global__ void __launch_bounds__(512, 1)
 // the same R gives the same bits.
 template <typename W>
 __global__ void norm_partials_sum_kernel(const float* partial_dw, const float* partial_db, int R,
-                                         long long cols, W* dw, W* db, bool accumulate) {
+                                         long long cols, W* dw, W* db) {
     __shared__ float tile[32][33];
     const float* part = blockIdx.y == 0 ? partial_dw : partial_db;
     W* out = blockIdx.y == 0 ? dw : db;
@@ -578,7 +576,6 @@ __global__ void norm_partials_sum_kernel(const float* partial_dw, const float* p
         float total = 0.0f;
 #pragma unroll 8
         for (int k = 0; k < 32; ++k) total += tile[k][threadIdx.x];
-        if (accumulate) total += to_float(out[c]);
         out[c] = from_float<W>(total);
     }
 }
@@ -703,7 +700,6 @@ void backward_typed(const NormBackwardArgs& a) {
     p.dx = static_cast<T*>(a.dx);
     p.lock_rows = plan.partial_rows;
     p.grid_sums = plan.grid_sums;
-    p.accumulate = a.accumulate;
     p.dw = static_cast<W*>(a.dweight);
     p.db = static_cast<W*>(a.dbias);
     if (plan.partials) {
@@ -730,7 +726,7 @@ void backward_typed(const NormBackwardArgs& a) {
         dim3 grid((unsigned)((a.cols + 31) / 32), 2);
         norm_partials_sum_kernel<W><<<grid, dim3(32, 32), 0, stream()>>>(
             p.partial_dw, p.partial_db, written_rows, a.cols, static_cast<W*>(a.dweight),
-            static_cast<W*>(a.dbias), a.accumulate);
+            static_cast<W*>(a.dbias));
         FG_LAUNCH_CHECK();
     }
 }
@@ -743,29 +739,13 @@ void backward_weight(const NormBackwardArgs& a) {
         backward_typed<T, T>(a);
 }
 
-// dw / db of zero rows: zero (or unchanged when accumulating).
+// dw / db of zero rows: zero.
 void zero_gradients(const NormBackwardArgs& a) {
-    if (a.accumulate) return;
     if (a.dweight) fill(a.dweight, a.w_type, 0.0, a.cols);
     if (a.dbias) fill(a.dbias, a.w_type, 0.0, a.cols);
 }
 
 }  // namespace
-
-const char* norm_reduction_name(NormReduction r) {
-    switch (r) {
-        case NormReduction::locked:
-            return "locked";
-        case NormReduction::grid:
-            return "grid";
-        default:
-            return "auto";
-    }
-}
-
-NormReduction norm_pick_reduction(long long, long long, ScalarType) {
-    return NormReduction::grid;  // rule B1 (kernels/norm/plan.cpp)
-}
 
 std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& a) {
     if (a.rows == 0 || a.cols == 0) return 0;

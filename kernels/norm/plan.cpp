@@ -4,6 +4,21 @@
 
 #include <algorithm>
 
+namespace fg::kernels {
+
+const char* norm_reduction_name(NormReduction r) {
+    switch (r) {
+        case NormReduction::locked:
+            return "locked";
+        case NormReduction::grid:
+            return "grid";
+        default:
+            return "auto";
+    }
+}
+
+}  // namespace fg::kernels
+
 namespace fg::kernels::norm_plan {
 
 long long pow2_ceil(long long v) {
@@ -304,11 +319,6 @@ StagedRules backward_staged_rules(int max_elems, int elem_bytes, long long nvec)
     return r;
 }
 
-// B5: G, the locked strategy's partial rows (more for short rows, whose blocks are many).
-int lock_rows_for(long long cols) {
-    return cols <= 1024 ? 256 : cols <= 4096 ? 128 : cols <= 8192 ? 96 : 64;
-}
-
 }  // namespace
 
 BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTuning& t) {
@@ -318,13 +328,11 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
     // B1: the grid strategy wherever `automatic` is asked (norm_pick_reduction).
     plan.reduction = c.reduction == NormReduction::automatic ? NormReduction::grid : c.reduction;
     plan.grid_threads_per_sm = t.grid_threads_per_sm;
-    // B2: for (b), short rows go fastest at one vector a thread; (a) takes a lock per block, so
-    // it keeps the larger share (fewer blocks queueing on locks).
+    // B2: short rows go fastest at one vector a thread.
     int elems = t.backward_elems;
     if (elems == NormTuning::kAuto) {
         long long nvec = plan.vector_ok ? c.cols / vec : c.cols;
-        bool short_row = nvec <= kNormRules.backward_short_row_vectors &&
-                         plan.reduction == NormReduction::grid;
+        bool short_row = nvec <= kNormRules.backward_short_row_vectors;
         elems = short_row ? (plan.vector_ok ? vec : 1) : kBackwardElems;
     }
     plan.layout = row_layout(c.cols, eb, plan.vector_ok, std::min(kBackwardElems, elems), 16, 1);
@@ -342,21 +350,23 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
     }
     const RowLayout& l = plan.layout;
     long long groups = l.looped ? c.rows : (c.rows + l.rows_per_block() - 1) / l.rows_per_block();
-    if (plan.reduction == NormReduction::locked) {
-        plan.blocks = groups;
-        plan.partial_rows = (int)std::min<long long>(lock_rows_for(c.cols), std::max(1LL, groups));
-    } else {  // the launch sizes P from occupancy; the workspace is sized for the most it can be
-        // (split rows: P counts clusters, each one partial row)
-        int threads_per_sm = std::min(t.grid_threads_per_sm, d.max_threads_per_sm);
-        long long per_sm = std::max(1, threads_per_sm / l.threads);
-        // Staged blocks are held back by shared memory first: an upper bound that ignores static
-        // and reserved shared memory, so never below what the launch's occupancy query finds.
-        if (plan.smem > 0)
-            per_sm = std::min<long long>(
-                per_sm, std::max<long long>(1, d.smem_per_sm / (long long)plan.smem));
-        plan.blocks = std::min<long long>(groups, per_sm * d.sm_count / plan.staged.split);
-        plan.partial_rows = (int)std::max(1LL, plan.blocks);
-    }
+    // Both strategies stride a grid of blocks over the row groups, each block summing its rows'
+    // dw / db in registers. Grid: the launch sizes P from occupancy; the workspace is sized for
+    // the most it can be (split rows: P counts clusters, each one partial row).
+    int threads_per_sm = std::min(t.grid_threads_per_sm, d.max_threads_per_sm);
+    long long per_sm = std::max(1, threads_per_sm / l.threads);
+    // Staged blocks are held back by shared memory first: an upper bound that ignores static
+    // and reserved shared memory, so never below what the launch's occupancy query finds.
+    if (plan.smem > 0)
+        per_sm = std::min<long long>(per_sm,
+                                     std::max<long long>(1, d.smem_per_sm / (long long)plan.smem));
+    plan.blocks = std::max(1LL, std::min<long long>(groups, per_sm * d.sm_count / plan.staged.split));
+    plan.partial_rows = (int)plan.blocks;
+    // B5: locked, the blocks share G = one partial row an SM (a lock queues the few blocks an SM
+    // holds, and the column kernel adds G rows, not P).
+    if (plan.reduction == NormReduction::locked)
+        plan.partial_rows = (int)std::min<long long>(
+            plan.blocks, t.lock_rows == NormTuning::kAuto ? d.sm_count : std::max(1, t.lock_rows));
     if (plan.staged.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
         plan.smem = sizeof(float) * (std::size_t)l.rows_per_block() * (std::size_t)c.cols;
     // B7: the staged grid adds its own partial rows (cooperative launch; its stages hold the

@@ -1,16 +1,19 @@
 // tests/gpu/test_gpu_norm_reference.cpp: the reference tier of the norm kernels
-// (kernels/norm/reference.h) against a float64 CPU computation of kernels/norm.h's math, and the
-// tuned kernels (kernels/norm.h) against reference version 2.
+// (kernels/norm/reference.h) against a float64 CPU computation of kernels/norm.h's math, versions
+// 3-5 and the tuned kernels (kernels/norm.h) against reference version 2.
 // RMSNorm and LayerNorm; x in f32, bf16 and f16, weights in f32 or x's type; all 64 combinations
-// of weight, bias, fused residual, zero-centred weight, dh and accumulated dw / db, each at two of
-// the shapes (1, 1), (37, 7), (199, 384), (64, 1000), (16, 4097), (4, 8192). The tuned kernels run
-// with both dw / db reductions, each with the default tuning and four that force their other
-// paths. Inputs are rounded to their dtype first, so every computation sees the same values;
-// outputs are poisoned (NaN) before each call, and dw / db set to known values when accumulating.
+// of weight, bias, fused residual, zero-centred weight, dh and operands that start one element
+// past a 16-byte boundary (no 16-byte vectors), each at two of the shapes (1, 1), (37, 7),
+// (45, 33), (199, 385), (64, 769), (16, 4097), (4, 8192), (2500, 384) (the last with more row
+// groups than SMs, so that versions 4 and 5 stride and several blocks share each of version 4's
+// locks). The tuned kernels run with both dw / db reductions, each with the default tuning and
+// four that force their other paths. Inputs are rounded to their dtype first, so every
+// computation sees the same values; outputs are poisoned (NaN) before each call.
 // Tagged [norm_reference], not [norm] (the slow grid of test_gpu_norm.cpp).
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <tuple>
 
 #include "core/cuda_backend.h"
 #include "kernels/norm.h"
@@ -28,7 +31,7 @@ namespace {
 struct Case {
     NormKind kind;
     DType x_type, w_type;
-    bool weight, bias, residual, zero_centered, dh, accumulate;
+    bool weight, bias, residual, zero_centered, dh, misaligned;
     float eps;
     std::int64_t m, n;
 
@@ -37,14 +40,14 @@ struct Case {
                dtype_name(x_type) + " w " + dtype_name(w_type) + " weight " +
                std::to_string(weight) + " bias " + std::to_string(bias) + " residual " +
                std::to_string(residual) + " zc " + std::to_string(zero_centered) + " dh " +
-               std::to_string(dh) + " accumulate " + std::to_string(accumulate) + " eps " +
+               std::to_string(dh) + " misaligned " + std::to_string(misaligned) + " eps " +
                std::to_string(eps) + " M " + std::to_string(m) + " N " + std::to_string(n);
     }
 };
 
 // Host tensors (f32, on the CPU) of values exact in their dtype.
 struct Inputs {
-    Tensor x, r, h, w, b, dy, dh, dw0, db0;  // h: what is normalised (x, or x + r rounded)
+    Tensor x, r, h, w, b, dy, dh;  // h: what is normalised (x, or x + r rounded)
 };
 
 Tensor rounded(const Shape& shape, DType t, float mean = 0.0f, float stddev = 1.0f) {
@@ -60,8 +63,6 @@ Inputs make_inputs(const Case& c) {
     in.b = rounded({c.n}, c.w_type, 0.0f, 0.3f);
     in.dy = rounded({c.m, c.n}, c.x_type);
     in.dh = rounded({c.m, c.n}, c.x_type);
-    in.dw0 = rounded({c.n}, c.w_type);
-    in.db0 = rounded({c.n}, c.w_type);
     return in;
 }
 
@@ -113,19 +114,12 @@ Results float64_reference(const Case& c, const Inputs& in) {
                 (g[j] - x_hat[j] * c1 - c2) * rstd + (c.dh ? dh[row * n + j] : 0.0);
     }
     e.dx_scale = std::sqrt(scale2);
-    auto finish = [&](std::vector<double>& sums, const Tensor& old) {
-        if (c.accumulate) {
-            const std::vector<double> o = old.to_vector<double>();
-            for (std::int64_t j = 0; j < n; ++j) sums[j] += o[j];
-        }
-        return sums;
-    };
-    if (c.weight) e.dw = finish(dw, in.dw0);
-    if (c.bias) e.db = finish(db, in.db0);
+    if (c.weight) e.dw = dw;
+    if (c.bias) e.db = db;
     return e;
 }
 
-// Which kernels run: reference version 1 or 2, or (version 0) the tuned ones.
+// Which kernels run: a reference version (1 to 5), or (version 0) the tuned ones.
 struct Path {
     int version;
     NormReduction reduction = NormReduction::grid;
@@ -136,28 +130,53 @@ Tensor poisoned(const Shape& shape, DType t) {
     return Tensor::full(shape, std::numeric_limits<double>::quiet_NaN(), t, Device::cuda);
 }
 
+// An (M, N) operand on the GPU. Misaligned: stored one element into its buffer, so that it
+// starts 2 or 4 bytes past a 16-byte boundary and no kernel may read it in 16-byte vectors.
+struct Operand {
+    Tensor buffer;
+    std::size_t offset = 0;  // bytes
+
+    Operand() = default;
+    // `values`: a host tensor to upload, or undefined for a poisoned output.
+    Operand(const Case& c, const Tensor& values) {
+        const std::int64_t count = c.m * c.n;
+        offset = c.misaligned ? dtype_size(c.x_type) : 0;
+        buffer = poisoned({count + (c.misaligned ? 1 : 0)}, c.x_type);
+        if (values.defined() && count > 0)
+            kernels::copy_device_to_device(ptr(), values.to(c.x_type).to(Device::cuda).raw_data(),
+                                           count * dtype_size(c.x_type));
+    }
+    void* ptr() const { return static_cast<char*>(buffer.raw_data()) + offset; }
+    std::vector<double> values() const {
+        std::vector<double> v = buffer.to_vector<double>();
+        v.erase(v.begin(), v.begin() + (offset ? 1 : 0));
+        return v;
+    }
+};
+
 // One case's inputs and (poisoned) outputs on the GPU, and the argument structs pointing at them.
 struct Call {
     Case c;
-    Tensor x, r, w, b, dy, dh, h, y, mean, rstd, dx, dw, db, workspace;
+    Operand x, r, dy, dh, h, y, dx;
+    Tensor w, b, mean, rstd, dw, db, workspace;
     kernels::NormForwardArgs f;
     kernels::NormBackwardArgs g;
 
     Call(const Case& c_, const Inputs& in) : c(c_) {
         auto up = [](const Tensor& t, DType type) { return t.to(type).to(Device::cuda); };
-        x = up(in.x, c.x_type);
-        r = up(in.r, c.x_type);
+        x = Operand(c, in.x);
+        r = Operand(c, in.r);
+        dy = Operand(c, in.dy);
+        dh = Operand(c, in.dh);
+        h = Operand(c, Tensor());
+        y = Operand(c, Tensor());
+        dx = Operand(c, Tensor());
         w = up(in.w, c.w_type);
         b = up(in.b, c.w_type);
-        dy = up(in.dy, c.x_type);
-        dh = up(in.dh, c.x_type);
-        h = poisoned({c.m, c.n}, c.x_type);
-        y = poisoned({c.m, c.n}, c.x_type);
-        dx = poisoned({c.m, c.n}, c.x_type);
         mean = poisoned({c.m}, DType::f32);  // RMSNorm: never written, and must not be read
         rstd = poisoned({c.m}, DType::f32);
-        dw = c.accumulate ? up(in.dw0, c.w_type) : poisoned({c.n}, c.w_type);
-        db = c.accumulate ? up(in.db0, c.w_type) : poisoned({c.n}, c.w_type);
+        dw = poisoned({c.n}, c.w_type);
+        db = poisoned({c.n}, c.w_type);
         f.kind = g.kind = c.kind;
         f.x_type = g.x_type = static_cast<kernels::ScalarType>(c.x_type);  // the same enumerators
         f.w_type = g.w_type = static_cast<kernels::ScalarType>(c.w_type);
@@ -165,25 +184,24 @@ struct Call {
         f.cols = g.cols = c.n;
         f.eps = c.eps;
         f.zero_centered = g.zero_centered = c.zero_centered;
-        f.x = x.raw_data();
+        f.x = x.ptr();
         if (c.residual) {
-            f.residual = r.raw_data();
-            f.h_out = h.raw_data();
+            f.residual = r.ptr();
+            f.h_out = h.ptr();
         }
         f.weight = g.weight = c.weight ? w.raw_data() : nullptr;
         f.bias = c.bias ? b.raw_data() : nullptr;
-        f.y = y.raw_data();
+        f.y = y.ptr();
         f.mean = mean.data<float>();
         f.rstd = rstd.data<float>();
-        g.x = c.residual ? h.raw_data() : x.raw_data();
-        g.dy = dy.raw_data();
-        g.dh = c.dh ? dh.raw_data() : nullptr;
+        g.x = c.residual ? h.ptr() : x.ptr();
+        g.dy = dy.ptr();
+        g.dh = c.dh ? dh.ptr() : nullptr;
         g.mean = f.mean;
         g.rstd = f.rstd;
-        g.dx = dx.raw_data();
+        g.dx = dx.ptr();
         g.dweight = c.weight ? dw.raw_data() : nullptr;
         g.dbias = c.bias ? db.raw_data() : nullptr;
-        g.accumulate = c.accumulate;
     }
 
     void forward(const Path& p) {
@@ -194,23 +212,21 @@ struct Call {
     void backward(const Path& p) {
         g.tuning = p.tuning;
         g.reduction = p.reduction;
-        if (p.version == 0) {
-            workspace = Tensor::empty(
-                {(std::int64_t)kernels::norm_backward_workspace_bytes(g) / 4 + 1}, DType::f32,
-                Device::cuda);
-            g.workspace = workspace.raw_data();
-            kernels::norm_backward(g);
-        } else {
-            kernels::norm_backward_reference(g, p.version);
-        }
+        const std::size_t bytes = p.version == 0
+                                      ? kernels::norm_backward_workspace_bytes(g)
+                                      : kernels::norm_backward_reference_workspace_bytes(g, p.version);
+        workspace = Tensor::empty({(std::int64_t)bytes / 4 + 1}, DType::f32, Device::cuda);
+        g.workspace = workspace.raw_data();
+        if (p.version == 0) kernels::norm_backward(g);
+        else kernels::norm_backward_reference(g, p.version);
     }
     Results results() const {
         Results out;
-        if (c.residual) out.h = h.to_vector<double>();
-        out.y = y.to_vector<double>();
+        if (c.residual) out.h = h.values();
+        out.y = y.values();
         if (c.kind == NormKind::layer) out.mean = mean.to_vector<double>();
         out.rstd = rstd.to_vector<double>();
-        out.dx = dx.to_vector<double>();
+        out.dx = dx.values();
         if (c.weight) out.dw = dw.to_vector<double>();
         if (c.bias) out.db = db.to_vector<double>();
         return out;
@@ -269,7 +285,7 @@ void compare_results(const Case& c, const Results& got, const Results& want,
 }
 
 const std::vector<std::pair<std::int64_t, std::int64_t>> kShapes{
-    {1, 1}, {37, 7}, {199, 384}, {64, 1000}, {16, 4097}, {4, 8192}};
+    {1, 1}, {37, 7}, {45, 33}, {199, 385}, {64, 769}, {16, 4097}, {4, 8192}, {2500, 384}};
 const float kEps[] = {1e-6f, 1e-5f, 1e-2f};
 
 // Every case of one kind: x / weight types, all 64 option sets, each at two shapes (rotating so
@@ -295,15 +311,20 @@ void for_each_case(NormKind kind, F&& check) {
     }
 }
 
+// Every version against float64; versions 3-5 (vectors, registers, the two dw / db strategies)
+// also against version 2, the rung below them that sums in the plainest order.
 void check_reference_versions(NormKind kind) {
     REQUIRE(cuda_is_available());
     for_each_case(kind, [](const Case& c) {
         const Inputs in = make_inputs(c);
         const Results want = float64_reference(c, in);
-        for (int version : {1, 2}) {
+        const Results version2 = run_gpu(c, in, Path{2});
+        for (int version = 1; version <= kernels::kNormReferenceVersions; ++version) {
             INFO("reference version " << version);
-            compare_results(c, run_gpu(c, in, Path{version}), want, kAgainstFloat64,
-                            want.dx_scale);
+            const Results got = version == 2 ? version2 : run_gpu(c, in, Path{version});
+            compare_results(c, got, want, kAgainstFloat64, want.dx_scale);
+            if (version >= 3)
+                compare_results(c, got, version2, kAgainstReference, want.dx_scale);
         }
     });
 }
@@ -368,10 +389,12 @@ void check_tuned_against_reference(NormKind kind) {
 
 }  // namespace
 
-TEST_CASE("norm reference versions 1 and 2 against float64: rmsnorm", "[gpu][norm_reference]") {
+TEST_CASE("norm reference versions against float64 and version 2: rmsnorm",
+          "[gpu][norm_reference]") {
     check_reference_versions(NormKind::rms);
 }
-TEST_CASE("norm reference versions 1 and 2 against float64: layernorm", "[gpu][norm_reference]") {
+TEST_CASE("norm reference versions against float64 and version 2: layernorm",
+          "[gpu][norm_reference]") {
     check_reference_versions(NormKind::layer);
 }
 TEST_CASE("tuned norm kernels against reference version 2: rmsnorm", "[gpu][norm_reference]") {
@@ -386,27 +409,43 @@ TEST_CASE("norm reference: empty shapes, no statistics, bad versions", "[gpu][no
     kernels::NormForwardArgs f;
     kernels::NormBackwardArgs b;
     REQUIRE_THROWS_AS(kernels::norm_forward_reference(f, 0), std::invalid_argument);
-    REQUIRE_THROWS_AS(kernels::norm_forward_reference(f, 3), std::invalid_argument);
-    REQUIRE_THROWS_AS(kernels::norm_backward_reference(b, 3), std::invalid_argument);
-    for (const Path& p : {Path{1}, Path{2}, Path{0, NormReduction::grid},
-                          Path{0, NormReduction::locked}}) {
+    REQUIRE_THROWS_AS(kernels::norm_forward_reference(f, 6), std::invalid_argument);
+    REQUIRE_THROWS_AS(kernels::norm_backward_reference(b, 6), std::invalid_argument);
+    // Versions 3-5 hold a row in registers: at most 8192 16-byte vectors (65536 bf16 values).
+    f.x_type = kernels::ScalarType::bf16;
+    f.rows = 1;
+    f.cols = 65537;
+    REQUIRE_THROWS_WITH(kernels::norm_forward_reference(f, 3),
+                        Catch::Matchers::Contains("at most 65536 values a row"));
+    // Versions 4 and 5 also keep two sums a column: at most 16 columns a thread.
+    kernels::NormBackwardArgs long_row;
+    long_row.rows = 1;
+    long_row.cols = 16392;
+    REQUIRE_THROWS_WITH(kernels::norm_backward_reference(long_row, 5),
+                        Catch::Matchers::Contains("rows of at most 16384 values, got 16392"));
+    // Versions 4 and 5 sum dw / db through a workspace, which they must be given.
+    b.rows = 4;
+    b.cols = 8;
+    float dw[8];
+    b.dweight = dw;
+    REQUIRE_THROWS_WITH(kernels::norm_backward_reference(b, 4),
+                        Catch::Matchers::Contains("need a workspace"));
+    std::vector<Path> paths{Path{0, NormReduction::grid}, Path{0, NormReduction::locked}};
+    for (int version = 1; version <= kernels::kNormReferenceVersions; ++version)
+        paths.push_back(Path{version});
+    for (const Path& p : paths) {
         INFO("version " << p.version << " (0: tuned), reduction "
                         << kernels::norm_reduction_name(p.reduction));
-        // No rows: dw and db are zeroed, or kept when accumulating; no columns: nothing to do.
-        for (bool accumulate : {false, true}) {
+        {  // No rows: dw and db are zeroed.
             const Case c{NormKind::layer, DType::bf16, DType::f32, true, true, false, false,
-                         false, accumulate, 1e-5f, 0, 5};
+                         false, false, 1e-5f, 0, 5};
             Call call(c, make_inputs(c));
-            call.dw = Tensor::full({5}, accumulate ? 0.75 : std::nan(""), DType::f32, Device::cuda);
-            call.db = Tensor::full({5}, accumulate ? -0.5 : std::nan(""), DType::f32, Device::cuda);
-            call.g.dweight = call.dw.raw_data();
-            call.g.dbias = call.db.raw_data();
             call.forward(p);
             call.backward(p);
-            for (double v : call.dw.to_vector<double>()) REQUIRE(v == (accumulate ? 0.75 : 0.0));
-            for (double v : call.db.to_vector<double>()) REQUIRE(v == (accumulate ? -0.5 : 0.0));
+            for (double v : call.dw.to_vector<double>()) REQUIRE(v == 0.0);
+            for (double v : call.db.to_vector<double>()) REQUIRE(v == 0.0);
         }
-        {
+        {  // No columns: nothing to do.
             const Case c{NormKind::rms, DType::f32, DType::f32, true, false, false, false, false,
                          false, 1e-5f, 3, 0};
             Call call(c, make_inputs(c));
@@ -424,8 +463,32 @@ TEST_CASE("norm reference: empty shapes, no statistics, bad versions", "[gpu][no
             Call call(c, in);
             call.f.mean = call.f.rstd = nullptr;
             call.forward(p);
-            compare("h", call.h.to_vector<double>(), want.h, kAgainstFloat64.bf16);
-            compare("y", call.y.to_vector<double>(), want.y, kAgainstFloat64.bf16);
+            compare("h", call.h.values(), want.h, kAgainstFloat64.bf16);
+            compare("y", call.y.values(), want.y, kAgainstFloat64.bf16);
+        }
+    }
+}
+
+TEST_CASE("norm reference version 4: the locks under contention, against version 5",
+          "[gpu][norm_reference]") {
+    // Many more row groups than SMs: every lock is taken by several blocks, whose adds land in
+    // any order. Version 4's dw / db stay within fp32 reordering of version 5's (deterministic:
+    // the same bits every run), over repeated runs.
+    REQUIRE(cuda_is_available());
+    for (auto [m, n, xt] : {std::tuple{20000, 384, DType::bf16}, std::tuple{6000, 769, DType::f32},
+                            std::tuple{3000, 4096, DType::bf16}}) {
+        const Case c{NormKind::layer, xt, DType::f32, true, true, false, false, false, false,
+                     1e-5f, m, n};
+        INFO(c.describe());
+        const Inputs in = make_inputs(c);
+        const Results grid = run_gpu(c, in, Path{5});
+        const Results again = run_gpu(c, in, Path{5});
+        CHECK(again.dw == grid.dw);  // version 5: bitwise the same
+        CHECK(again.db == grid.db);
+        for (int repeat = 0; repeat < 10; ++repeat) {
+            const Results locked = run_gpu(c, in, Path{4});
+            compare("dweight", locked.dw, grid.dw, 2e-6);
+            compare("dbias", locked.db, grid.db, 2e-6);
         }
     }
 }
