@@ -12,10 +12,9 @@
 //   backward: (1) sum g and g * x_hat, for c1 and c2; (2) dx.
 // Two passes for the variance, rather than sum x and sum x^2 in one, keep it accurate when the
 // mean is large against the spread. RMSNorm is LayerNorm with the mean taken as 0.
-#include <cuda/atomic>
-
 #include <algorithm>
 #include <cstdint>
+#include <cuda/atomic>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -242,7 +241,8 @@ __device__ Vec16<T> load_vec16(const T* row, long long c, long long cols, bool v
     if (vectors) return *reinterpret_cast<const Vec16<T>*>(row + c);
     Vec16<T> out;
 #pragma unroll
-    for (int k = 0; k < Vec16<T>::kSize; ++k) out.v[k] = c + k < cols ? row[c + k] : from_float<T>(0.0f);
+    for (int k = 0; k < Vec16<T>::kSize; ++k)
+        out.v[k] = c + k < cols ? row[c + k] : from_float<T>(0.0f);
     return out;
 }
 template <typename T>
@@ -254,6 +254,28 @@ __device__ void store_vec16(T* row, long long c, long long cols, bool vectors, c
 #pragma unroll
     for (int k = 0; k < Vec16<T>::kSize; ++k)
         if (c + k < cols) row[c + k] = x.v[k];
+}
+
+// VEC weights (or biases) from column c, as floats plus `shift` (1 for a zero-centred weight);
+// `absent` for every column when there is no such tensor. 16-byte loads where the call allows,
+// as for the row (f32 weights of a 16-bit row: two loads); one value at a time otherwise.
+// (Loaded one value at a time with 16-byte rows, a warp's loads of a column would be VEC values
+// apart: VEC times the memory requests of the row's own.)
+template <typename W, int VEC>
+__device__ void load_affine16(const W* ptr, long long c, long long cols, bool vectors, float shift,
+                              float absent, float (&out)[VEC]) {
+    constexpr int kPer = Vec16<W>::kSize;  // VEC is a multiple: W is at least as wide as T
+#pragma unroll
+    for (int j = 0; j < VEC; j += kPer) {
+        Vec16<W> v;
+        if (ptr && vectors) v = *reinterpret_cast<const Vec16<W>*>(ptr + c + j);
+#pragma unroll
+        for (int q = 0; q < kPer; ++q) {
+            const bool here = ptr && c + j + q < cols;
+            out[j + q] =
+                !here ? absent : (vectors ? to_float(v.v[q]) : to_float(ptr[c + j + q])) + shift;
+        }
+    }
 }
 
 // Where this thread is: `group`, its row's place in the block; `lane`, its place in the row.
@@ -295,7 +317,8 @@ __device__ float row_sum(float v, int tpr, float* scratch) {
 // kernel above.
 
 template <typename T, typename W, int ITEMS>
-__global__ void __launch_bounds__(1024) forward_row_in_registers(Forward<T, W> p, int tpr, bool vectors) {
+__global__ void __launch_bounds__(512)
+    forward_row_in_registers(Forward<T, W> p, int tpr, bool vectors) {
     constexpr int VEC = Vec16<T>::kSize;
     __shared__ float scratch[32];
     const RowThreads at(tpr);
@@ -340,13 +363,12 @@ __global__ void __launch_bounds__(1024) forward_row_in_registers(Forward<T, W> p
         const long long c = at.column<VEC>(i);
         if (c >= p.cols) continue;
         Vec16<T> y;
-        #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-            if (c + k >= p.cols) continue;
-            const float b = p.bias ? to_float(p.bias[c + k]) : 0.0f;
-            const float w = weight_at(p.weight, p.zero_centered, c + k);
-            y.v[k] = from_float<T>((to_float(h[i].v[k]) - mean) * rstd * w + b);
-        }
+        float w[VEC], b[VEC];
+        load_affine16(p.weight, c, p.cols, vectors, p.zero_centered ? 1.0f : 0.0f, 1.0f, w);
+        load_affine16(p.bias, c, p.cols, vectors, 0.0f, 0.0f, b);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k)
+            y.v[k] = from_float<T>((to_float(h[i].v[k]) - mean) * rstd * w[k] + b[k]);
         store_vec16(p.y + first, c, p.cols, vectors, y);
     }
 }
@@ -370,11 +392,12 @@ __device__ void backward_row(const Backward<T, W>& p, const RowThreads& at, long
         if (!active || c >= p.cols) continue;
         x[i] = load_vec16(p.x + first, c, p.cols, p.vectors);
         dy[i] = load_vec16(p.dy + first, c, p.cols, p.vectors);
-        #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-            if (c + k >= p.cols) continue;
+        float w[VEC];
+        load_affine16(p.weight, c, p.cols, p.vectors, p.zero_centered ? 1.0f : 0.0f, 1.0f, w);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {  // past the row's end x = dy = 0: nothing is added
             const float x_hat = (to_float(x[i].v[k]) - mean) * rstd, d = to_float(dy[i].v[k]);
-            const float g = weight_at(p.weight, p.zero_centered, c + k) * d;
+            const float g = w[k] * d;
             sum_g += g;
             sum_g_x_hat += g * x_hat;
             if (SUMS) {
@@ -391,11 +414,12 @@ __device__ void backward_row(const Backward<T, W>& p, const RowThreads& at, long
         if (!active || c >= p.cols) continue;
         Vec16<T> dh, dx;
         if (p.dh) dh = load_vec16(p.dh + first, c, p.cols, p.vectors);
-        #pragma unroll
+        float w[VEC];  // read again (from L1) rather than held: registers go to the row
+        load_affine16(p.weight, c, p.cols, p.vectors, p.zero_centered ? 1.0f : 0.0f, 1.0f, w);
+#pragma unroll
         for (int k = 0; k < VEC; ++k) {
-            if (c + k >= p.cols) continue;
             const float x_hat = (to_float(x[i].v[k]) - mean) * rstd;
-            const float g = weight_at(p.weight, p.zero_centered, c + k) * to_float(dy[i].v[k]);
+            const float g = w[k] * to_float(dy[i].v[k]);
             const float d = (g - x_hat * c1 - c2) * rstd;
             dx.v[k] = from_float<T>(p.dh ? d + to_float(dh.v[k]) : d);
         }
@@ -404,7 +428,7 @@ __device__ void backward_row(const Backward<T, W>& p, const RowThreads& at, long
 }
 
 template <typename T, typename W, int ITEMS>
-__global__ void __launch_bounds__(1024) backward_row_in_registers(Backward<T, W> p, int tpr) {
+__global__ void __launch_bounds__(512) backward_row_in_registers(Backward<T, W> p, int tpr) {
     constexpr int VEC = Vec16<T>::kSize;
     __shared__ float scratch[32];
     float unused[ITEMS][VEC];
@@ -433,7 +457,7 @@ __device__ void add_to_partial_row(float* dst, const float (&sums)[ITEMS][VEC],
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 const long long c = at.column<VEC>(i);
-                #pragma unroll
+#pragma unroll
                 for (int k = 0; k < VEC; ++k) {
                     if (c + k >= cols) continue;
                     const bool store = store_first && group == 0;
@@ -475,12 +499,14 @@ __device__ void release_lock(int* lock) {
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
-        cuda::atomic_ref<int, cuda::thread_scope_device>(*lock).store(0, cuda::memory_order_release);
+        cuda::atomic_ref<int, cuda::thread_scope_device>(*lock).store(0,
+                                                                      cuda::memory_order_release);
 }
 
 template <typename T, typename W, int ITEMS>
-__global__ void __launch_bounds__(1024) backward_locked_partial_rows(Backward<T, W> p, int tpr, float* partial_dw,
-                                             float* partial_db, int* locks, int lock_rows) {
+__global__ void __launch_bounds__(512)
+    backward_locked_partial_rows(Backward<T, W> p, int tpr, float* partial_dw, float* partial_db,
+                                 int* locks, int lock_rows) {
     constexpr int VEC = Vec16<T>::kSize;
     __shared__ float scratch[32];
     const RowThreads at(tpr);
@@ -502,8 +528,8 @@ __global__ void __launch_bounds__(1024) backward_locked_partial_rows(Backward<T,
 // only its own partial row, with plain stores: no lock, no atomic, no clearing first; and the
 // column sum adds in a fixed order, so dw and db are the same bits on every run.
 template <typename T, typename W, int ITEMS>
-__global__ void __launch_bounds__(1024) backward_grid_partial_rows(Backward<T, W> p, int tpr, float* partial_dw,
-                                           float* partial_db) {
+__global__ void __launch_bounds__(512)
+    backward_grid_partial_rows(Backward<T, W> p, int tpr, float* partial_dw, float* partial_db) {
     constexpr int VEC = Vec16<T>::kSize;
     __shared__ float scratch[32];
     const RowThreads at(tpr);
@@ -562,26 +588,28 @@ void with_norm_types(ScalarType x_type, ScalarType w_type, const char* what, F&&
     if (w_type != ScalarType::f32 && w_type != x_type)
         throw std::invalid_argument(std::string(what) + ": weights must be f32 or x's type");
     with_float_type(x_type, what, [&](auto x_tag) {
-        if (w_type == ScalarType::f32) f(x_tag, float{});
-        else f(x_tag, x_tag);
+        if (w_type == ScalarType::f32)
+            f(x_tag, float{});
+        else
+            f(x_tag, x_tag);
     });
 }
 
 // Versions 3-5: how a row of `cols` values of `elem_bytes` is laid over threads. A row gets
-// threads for about two vectors each (32 to 1024 of them), a block at least 256 threads; a
-// thread holds at most 8 vectors, so rows of more than 8192 vectors (65536 bf16, 32768 f32
-// values) throw; versions 4 and 5 (`sums`) also keep two fp32 sums a column, at most 16 columns
-// a thread (more would not fit in the 64 registers a 1024-thread block leaves a thread): rows
-// of at most 16384 values. The persistent grid of versions 4 and 5: as many blocks as the GPU
-// holds at once by their thread count (for 1024-thread blocks, two an SM), at most one per row
-// group.
+// threads for about two vectors each (32 to 512 of them: a thread may then use 128 registers),
+// a block at least 256 threads; a thread holds at most 8 vectors, so rows of more than 4096
+// vectors (32768 bf16, 16384 f32 values) throw; versions 4 and 5 (`sums`) also keep two fp32
+// sums a column, at most 16 columns a thread: rows of at most 8192 values. The persistent grid
+// of versions 4 and 5: as many blocks as the GPU holds at once by their thread count (four an
+// SM for 512-thread blocks), at most one per row group.
 struct RegisterLayout {
     int vec = 1, tpr = 32, items = 1, threads = 256;
-    long long groups = 0;     // row groups: blocks of version 3
-    long long grid = 0;       // blocks of versions 4 and 5: B
-    int lock_rows = 0;        // version 4's G
+    long long groups = 0;  // row groups: blocks of version 3
+    long long grid = 0;    // blocks of versions 4 and 5: B
+    int lock_rows = 0;     // version 4's G
 };
 
+constexpr int kMaxThreadsARow = 512;  // the kernels' __launch_bounds__
 constexpr int kMaxItems = 8;
 constexpr int kMaxSumColumns = 16;
 
@@ -590,22 +618,24 @@ RegisterLayout register_layout(long long rows, long long cols, int elem_bytes, b
     RegisterLayout l;
     l.vec = 16 / elem_bytes;
     const long long nvec = (cols + l.vec - 1) / l.vec;
-    while (l.tpr < 1024 && 2LL * l.tpr < nvec) l.tpr *= 2;
+    while (l.tpr < kMaxThreadsARow && 2LL * l.tpr < nvec) l.tpr *= 2;
     while (l.items * (long long)l.tpr < nvec) l.items *= 2;
     if (l.items > kMaxItems)
         throw std::invalid_argument(std::string(what) + ": versions 3-5 hold at most " +
-                                    std::to_string(1024 * kMaxItems * l.vec) +
+                                    std::to_string(kMaxThreadsARow * kMaxItems * l.vec) +
                                     " values a row in registers, got " + std::to_string(cols));
     if (sums && l.items * l.vec > kMaxSumColumns)
-        throw std::invalid_argument(std::string(what) + ": versions 4 and 5 keep the sums of at "
+        throw std::invalid_argument(std::string(what) +
+                                    ": versions 4 and 5 keep the sums of at "
                                     "most 16 columns a thread, in rows of at most " +
-                                    std::to_string(1024 * kMaxSumColumns) + " values, got " +
-                                    std::to_string(cols));
+                                    std::to_string(kMaxThreadsARow * kMaxSumColumns) +
+                                    " values, got " + std::to_string(cols));
     l.threads = std::max(l.tpr, 256);
     const long long rows_per_block = l.threads / l.tpr;
     l.groups = (rows + rows_per_block - 1) / rows_per_block;
     const DeviceInfo& d = device_info();
-    const long long resident = (long long)d.sm_count * std::max(1, d.max_threads_per_sm / l.threads);
+    const long long resident =
+        (long long)d.sm_count * std::max(1, d.max_threads_per_sm / l.threads);
     l.grid = std::max(1LL, std::min(l.groups, resident));
     l.lock_rows = (int)std::min<long long>(l.grid, d.sm_count);
     return l;
@@ -615,10 +645,18 @@ RegisterLayout register_layout(long long rows, long long cols, int elem_bytes, b
 template <typename F>
 void with_register_items(int items, F&& f) {
     switch (items) {
-        case 1: f(std::integral_constant<int, 1>{}); return;
-        case 2: f(std::integral_constant<int, 2>{}); return;
-        case 4: f(std::integral_constant<int, 4>{}); return;
-        default: f(std::integral_constant<int, kMaxItems>{}); return;
+        case 1:
+            f(std::integral_constant<int, 1>{});
+            return;
+        case 2:
+            f(std::integral_constant<int, 2>{});
+            return;
+        case 4:
+            f(std::integral_constant<int, 4>{});
+            return;
+        default:
+            f(std::integral_constant<int, kMaxItems>{});
+            return;
     }
 }
 
@@ -649,10 +687,18 @@ void norm_forward_reference(const NormForwardArgs& a, int version) {
     with_norm_types(a.x_type, a.w_type, "norm_forward_reference", [&](auto x_tag, auto w_tag) {
         using T = decltype(x_tag);
         using W = decltype(w_tag);
-        const Forward<T, W> p{a.rows, a.cols, a.eps, a.kind == NormKind::layer, a.zero_centered,
-                              static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
-                              static_cast<T*>(a.h_out), static_cast<const W*>(a.weight),
-                              static_cast<const W*>(a.bias), static_cast<T*>(a.y), a.mean,
+        const Forward<T, W> p{a.rows,
+                              a.cols,
+                              a.eps,
+                              a.kind == NormKind::layer,
+                              a.zero_centered,
+                              static_cast<const T*>(a.x),
+                              static_cast<const T*>(a.residual),
+                              static_cast<T*>(a.h_out),
+                              static_cast<const W*>(a.weight),
+                              static_cast<const W*>(a.bias),
+                              static_cast<T*>(a.y),
+                              a.mean,
                               a.rstd};
         if (version == 1) {
             forward_thread_per_row<T, W>
@@ -664,7 +710,8 @@ void norm_forward_reference(const NormForwardArgs& a, int version) {
             const RegisterLayout l =
                 register_layout(a.rows, a.cols, sizeof(T), false, "norm_forward_reference");
             bool vectors = a.cols % l.vec == 0;
-            for (const void* ptr : {a.x, a.residual, (const void*)a.h_out, (const void*)a.y})
+            for (const void* ptr :
+                 {a.x, a.residual, (const void*)a.h_out, (const void*)a.y, a.weight, a.bias})
                 vectors = vectors && aligned16(ptr);
             with_register_items(l.items, [&](auto items) {
                 forward_row_in_registers<T, W, decltype(items)::value>
@@ -689,21 +736,31 @@ void norm_backward_reference(const NormBackwardArgs& a, int version) {
     if (a.cols == 0) return;
     const bool sums = a.dweight || a.dbias;
     if (version >= 4 && sums && !a.workspace)
-        throw std::invalid_argument("norm_backward_reference: versions 4 and 5 need a workspace "
-                                    "(norm_backward_reference_workspace_bytes)");
+        throw std::invalid_argument(
+            "norm_backward_reference: versions 4 and 5 need a workspace "
+            "(norm_backward_reference_workspace_bytes)");
     with_norm_types(a.x_type, a.w_type, "norm_backward_reference", [&](auto x_tag, auto w_tag) {
         using T = decltype(x_tag);
         using W = decltype(w_tag);
-        Backward<T, W> p{a.rows, a.cols, a.kind == NormKind::layer, a.zero_centered,
-                         static_cast<const T*>(a.x), static_cast<const T*>(a.dy),
-                         static_cast<const T*>(a.dh), static_cast<const W*>(a.weight),
-                         a.mean, a.rstd, static_cast<T*>(a.dx), static_cast<W*>(a.dweight),
-                         static_cast<W*>(a.dbias), false};
+        Backward<T, W> p{a.rows,
+                         a.cols,
+                         a.kind == NormKind::layer,
+                         a.zero_centered,
+                         static_cast<const T*>(a.x),
+                         static_cast<const T*>(a.dy),
+                         static_cast<const T*>(a.dh),
+                         static_cast<const W*>(a.weight),
+                         a.mean,
+                         a.rstd,
+                         static_cast<T*>(a.dx),
+                         static_cast<W*>(a.dweight),
+                         static_cast<W*>(a.dbias),
+                         false};
         RegisterLayout l;
         if (version >= 3) {
             l = register_layout(a.rows, a.cols, sizeof(T), version >= 4, "norm_backward_reference");
             p.vectors = a.cols % l.vec == 0;
-            for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx})
+            for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx, a.weight})
                 p.vectors = p.vectors && aligned16(ptr);
         }
         if (version <= 3) {  // dx row by row, then dw / db by the column kernel
@@ -736,22 +793,25 @@ void norm_backward_reference(const NormBackwardArgs& a, int version) {
                 memset_device(part.dw, 0, part.rows * (2 * sizeof(float) * a.cols + sizeof(int)));
             with_register_items(l.items, [&](auto items) {
                 constexpr int kItems = decltype(items)::value;
-                if (version == 4)
-                    backward_locked_partial_rows<T, W, kItems>
-                        <<<(unsigned)l.grid, l.threads, 0, stream()>>>(
-                            p, l.tpr, part.dw, part.db, part.locks, l.lock_rows);
-                else
-                    backward_grid_partial_rows<T, W, kItems>
-                        <<<(unsigned)l.grid, l.threads, 0, stream()>>>(p, l.tpr, part.dw,
-                                                                       part.db);
+                // Only the shares register_layout allows are built (more would spill).
+                if constexpr (kItems * Vec16<T>::kSize <= kMaxSumColumns) {
+                    if (version == 4)
+                        backward_locked_partial_rows<T, W, kItems>
+                            <<<(unsigned)l.grid, l.threads, 0, stream()>>>(
+                                p, l.tpr, part.dw, part.db, part.locks, l.lock_rows);
+                    else
+                        backward_grid_partial_rows<T, W, kItems>
+                            <<<(unsigned)l.grid, l.threads, 0, stream()>>>(p, l.tpr, part.dw,
+                                                                           part.db);
+                }
             });
             FG_LAUNCH_CHECK();
         }
         if (sums) {
             const int partial_rows = a.rows > 0 ? (int)part.rows : 0;  // none: zeros
-            sum_partial_rows<W><<<dim3(blocks_for(a.cols, kWarp), 2), dim3(kWarp, 8), 0,
-                                   stream()>>>(part.dw, part.db, partial_rows, a.cols, p.dweight,
-                                               p.dbias);
+            sum_partial_rows<W>
+                <<<dim3(blocks_for(a.cols, kWarp), 2), dim3(kWarp, 8), 0, stream()>>>(
+                    part.dw, part.db, partial_rows, a.cols, p.dweight, p.dbias);
             FG_LAUNCH_CHECK();
         }
     });

@@ -14,7 +14,7 @@
 //     loads), and a row's sums are added across the warp with __shfl_xor_sync (no shared memory,
 //     no __syncthreads). Same passes over the row as version 1, a 32nd of the serial work.
 //
-//   version 3, the row in registers. A row is laid over a group of threads (32 to 1024, about
+//   version 3, the row in registers. A row is laid over a group of threads (32 to 512, about
 //     two 16-byte vectors each; short rows share a block); a thread loads its vectors once, with
 //     16-byte loads, keeps them in registers through the row sums and computes its outputs from
 //     them: x read once, 4-8 values a load instruction.
@@ -46,9 +46,9 @@
 // Both entry points take the tuned kernels' argument structs with the same meaning (every type,
 // option and empty shape), ignoring NormBackwardArgs::reduction and the tuning. Versions 4 and 5
 // need NormBackwardArgs::workspace, of norm_backward_reference_workspace_bytes. Versions 3-5 hold
-// a row in registers: rows of more than 8192 16-byte vectors (65536 bf16 or 32768 f32 values)
+// a row in registers: rows of more than 4096 16-byte vectors (32768 bf16 or 16384 f32 values)
 // throw std::invalid_argument, and so, for versions 4 and 5, which also keep two sums a column,
-// do rows of more than 16384 values. All accumulation is in fp32. They launch on fusegrad's stream and
+// do rows of more than 8192 values. All accumulation is in fp32. They launch on fusegrad's stream and
 // never synchronise. tests/gpu/test_gpu_norm_reference.cpp checks every version against float64,
 // versions 3-5 against version 2, and every tuned path against version 2.
 #pragma once

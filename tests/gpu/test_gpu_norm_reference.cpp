@@ -411,18 +411,18 @@ TEST_CASE("norm reference: empty shapes, no statistics, bad versions", "[gpu][no
     REQUIRE_THROWS_AS(kernels::norm_forward_reference(f, 0), std::invalid_argument);
     REQUIRE_THROWS_AS(kernels::norm_forward_reference(f, 6), std::invalid_argument);
     REQUIRE_THROWS_AS(kernels::norm_backward_reference(b, 6), std::invalid_argument);
-    // Versions 3-5 hold a row in registers: at most 8192 16-byte vectors (65536 bf16 values).
+    // Versions 3-5 hold a row in registers: at most 4096 16-byte vectors (32768 bf16 values).
     f.x_type = kernels::ScalarType::bf16;
     f.rows = 1;
-    f.cols = 65537;
+    f.cols = 32769;
     REQUIRE_THROWS_WITH(kernels::norm_forward_reference(f, 3),
-                        Catch::Matchers::Contains("at most 65536 values a row"));
+                        Catch::Matchers::Contains("at most 32768 values a row"));
     // Versions 4 and 5 also keep two sums a column: at most 16 columns a thread.
     kernels::NormBackwardArgs long_row;
     long_row.rows = 1;
-    long_row.cols = 16392;
+    long_row.cols = 8196;
     REQUIRE_THROWS_WITH(kernels::norm_backward_reference(long_row, 5),
-                        Catch::Matchers::Contains("rows of at most 16384 values, got 16392"));
+                        Catch::Matchers::Contains("rows of at most 8192 values, got 8196"));
     // Versions 4 and 5 sum dw / db through a workspace, which they must be given.
     b.rows = 4;
     b.cols = 8;
