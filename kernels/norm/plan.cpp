@@ -362,11 +362,12 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
                                      std::max<long long>(1, d.smem_per_sm / (long long)plan.smem));
     plan.blocks = std::max(1LL, std::min<long long>(groups, per_sm * d.sm_count / plan.staged.split));
     plan.partial_rows = (int)plan.blocks;
-    // B5: locked, the blocks share G = one partial row an SM (a lock queues the few blocks an SM
-    // holds, and the column kernel adds G rows, not P).
+    // B5: locked, two blocks share each of the G partial rows (the blocks finish together, so
+    // every lock's queue is as deep as the blocks sharing it; one row an SM queued 8-16 deep).
     if (plan.reduction == NormReduction::locked)
         plan.partial_rows = (int)std::min<long long>(
-            plan.blocks, t.lock_rows == NormTuning::kAuto ? d.sm_count : std::max(1, t.lock_rows));
+            plan.blocks, t.lock_rows == NormTuning::kAuto ? (plan.blocks + 1) / 2
+                                                          : std::max(1, t.lock_rows));
     if (plan.staged.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
         plan.smem = sizeof(float) * (std::size_t)l.rows_per_block() * (std::size_t)c.cols;
     // B7: the staged grid adds its own partial rows (cooperative launch; its stages hold the

@@ -472,9 +472,9 @@ __device__ void add_to_partial_row(float* dst, const float (&sums)[ITEMS][VEC],
 // ---- Version 4: lock-guarded partial rows. ---------------------------------------------------
 // dw_partial[g] = sum of the column sums of blocks g, g + G, g + 2G, ...; then dw = sum over g.
 // Block b adds its sums into partial row g = b mod G while it holds lock g, so that no two
-// blocks read-modify-write a row at once. G (lock_rows_for_reference) is the number of SMs: the
-// B / G blocks that share a row (as many as an SM holds) queue at most that deep on its lock, and
-// the column sum reads G rows, not B. The rows start at zero (the host clears them in-stream).
+// blocks read-modify-write a row at once. G is B / 2: the blocks finish their rows at about the
+// same time, so each lock's queue is as deep as the blocks sharing it (two), and the column sum
+// reads half the rows version 5's does. The rows start at zero (the host clears them in-stream).
 // The order in which blocks take a lock varies from run to run, so the last bits of dw and db do.
 //
 // The lock's memory ordering, written out:
@@ -596,7 +596,8 @@ void with_norm_types(ScalarType x_type, ScalarType w_type, const char* what, F&&
 }
 
 // Versions 3-5: how a row of `cols` values of `elem_bytes` is laid over threads. A row gets
-// threads for about two vectors each (32 to 512 of them: a thread may then use 128 registers),
+// a thread for each vector (32 to 512 of them: a thread may then use 128 registers; a thread
+// holding two vectors' sums in versions 4 and 5 needed so many that an SM held only 512),
 // a block at least 256 threads; a thread holds at most 8 vectors, so rows of more than 4096
 // vectors (32768 bf16, 16384 f32 values) throw; versions 4 and 5 (`sums`) also keep two fp32
 // sums a column, at most 16 columns a thread: rows of at most 8192 values. The persistent grid
@@ -618,7 +619,7 @@ RegisterLayout register_layout(long long rows, long long cols, int elem_bytes, b
     RegisterLayout l;
     l.vec = 16 / elem_bytes;
     const long long nvec = (cols + l.vec - 1) / l.vec;
-    while (l.tpr < kMaxThreadsARow && 2LL * l.tpr < nvec) l.tpr *= 2;
+    while (l.tpr < kMaxThreadsARow && l.tpr < nvec) l.tpr *= 2;
     while (l.items * (long long)l.tpr < nvec) l.items *= 2;
     if (l.items > kMaxItems)
         throw std::invalid_argument(std::string(what) + ": versions 3-5 hold at most " +
@@ -637,7 +638,7 @@ RegisterLayout register_layout(long long rows, long long cols, int elem_bytes, b
     const long long resident =
         (long long)d.sm_count * std::max(1, d.max_threads_per_sm / l.threads);
     l.grid = std::max(1LL, std::min(l.groups, resident));
-    l.lock_rows = (int)std::min<long long>(l.grid, d.sm_count);
+    l.lock_rows = (int)((l.grid + 1) / 2);
     return l;
 }
 

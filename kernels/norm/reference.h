@@ -14,8 +14,8 @@
 //     loads), and a row's sums are added across the warp with __shfl_xor_sync (no shared memory,
 //     no __syncthreads). Same passes over the row as version 1, a 32nd of the serial work.
 //
-//   version 3, the row in registers. A row is laid over a group of threads (32 to 512, about
-//     two 16-byte vectors each; short rows share a block); a thread loads its vectors once, with
+//   version 3, the row in registers. A row is laid over a group of threads (32 to 512, a
+//     16-byte vector each, more for longer rows; short rows share a block); a thread loads its vectors once, with
 //     16-byte loads, keeps them in registers through the row sums and computes its outputs from
 //     them: x read once, 4-8 values a load instruction.
 //
@@ -26,7 +26,7 @@
 //   version 4, dw / db by lock-guarded partial rows. Version 3's backward in a grid of as many
 //     blocks as the GPU holds at once, striding over the rows; each thread adds its columns'
 //     dy * x_hat and dy into fp32 registers as it goes. At the end, block b adds its sums into
-//     one of G shared fp32 partial rows (g = b mod G, G = the number of SMs) while holding spin
+//     one of G shared fp32 partial rows (g = b mod G, G = B / 2) while holding spin
 //     lock g (the acquire / release ordering is written out beside the kernel), and a small
 //     kernel adds up the G rows. Not bitwise repeatable: blocks take a lock in any order.
 //
