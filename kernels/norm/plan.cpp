@@ -354,6 +354,8 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
     // dw / db in registers. Grid: the launch sizes P from occupancy; the workspace is sized for
     // the most it can be (split rows: P counts clusters, each one partial row).
     int threads_per_sm = std::min(t.grid_threads_per_sm, d.max_threads_per_sm);
+    // B5: locked, half the blocks an SM: fewer blocks finishing together, shorter lock queues.
+    if (plan.reduction == NormReduction::locked) threads_per_sm = std::max(1, threads_per_sm / 2);
     long long per_sm = std::max(1, threads_per_sm / l.threads);
     // Staged blocks are held back by shared memory first: an upper bound that ignores static
     // and reserved shared memory, so never below what the launch's occupancy query finds.

@@ -596,9 +596,10 @@ void with_norm_types(ScalarType x_type, ScalarType w_type, const char* what, F&&
 }
 
 // Versions 3-5: how a row of `cols` values of `elem_bytes` is laid over threads. A row gets
-// a thread for each vector (32 to 512 of them: a thread may then use 128 registers; a thread
-// holding two vectors' sums in versions 4 and 5 needed so many that an SM held only 512),
-// a block at least 256 threads; a thread holds at most 8 vectors, so rows of more than 4096
+// threads for `per_thread` vectors each (32 to 512 of them: a thread may then use 128
+// registers), a block at least 256 threads. The forward takes two vectors a thread, the backward
+// one (H100, bf16 16384 x 384: one vector a thread left the forward at 29% of copy, against 38%
+// at two; two vectors' sums in versions 4 and 5 held an SM to 512 threads, 3-5% against 10-11%); a thread holds at most 8 vectors, so rows of more than 4096
 // vectors (32768 bf16, 16384 f32 values) throw; versions 4 and 5 (`sums`) also keep two fp32
 // sums a column, at most 16 columns a thread: rows of at most 8192 values. The persistent grid
 // of versions 4 and 5: as many blocks as the GPU holds at once by their thread count (four an
@@ -614,12 +615,12 @@ constexpr int kMaxThreadsARow = 512;  // the kernels' __launch_bounds__
 constexpr int kMaxItems = 8;
 constexpr int kMaxSumColumns = 16;
 
-RegisterLayout register_layout(long long rows, long long cols, int elem_bytes, bool sums,
-                               const char* what) {
+RegisterLayout register_layout(long long rows, long long cols, int elem_bytes, int per_thread,
+                               bool sums, const char* what) {
     RegisterLayout l;
     l.vec = 16 / elem_bytes;
     const long long nvec = (cols + l.vec - 1) / l.vec;
-    while (l.tpr < kMaxThreadsARow && l.tpr < nvec) l.tpr *= 2;
+    while (l.tpr < kMaxThreadsARow && (long long)l.tpr * per_thread < nvec) l.tpr *= 2;
     while (l.items * (long long)l.tpr < nvec) l.items *= 2;
     if (l.items > kMaxItems)
         throw std::invalid_argument(std::string(what) + ": versions 3-5 hold at most " +
@@ -709,7 +710,7 @@ void norm_forward_reference(const NormForwardArgs& a, int version) {
                 <<<blocks_for(a.rows, kThreads / kWarp), kThreads, 0, stream()>>>(p);
         } else {  // versions 3-5 share the forward with the row in registers
             const RegisterLayout l =
-                register_layout(a.rows, a.cols, sizeof(T), false, "norm_forward_reference");
+                register_layout(a.rows, a.cols, sizeof(T), 2, false, "norm_forward_reference");
             bool vectors = a.cols % l.vec == 0;
             for (const void* ptr :
                  {a.x, a.residual, (const void*)a.h_out, (const void*)a.y, a.weight, a.bias})
@@ -727,7 +728,7 @@ std::size_t norm_backward_reference_workspace_bytes(const NormBackwardArgs& a, i
     check_version(version, "norm_backward_reference_workspace_bytes");
     if (version < 4 || a.cols == 0 || (!a.dweight && !a.dbias)) return 0;
     const RegisterLayout l = register_layout(a.rows, a.cols, a.x_type == ScalarType::f32 ? 4 : 2,
-                                             true, "norm_backward_reference");
+                                             1, true, "norm_backward_reference");
     const long long rows = partial_row_count(l, version);
     return (std::size_t)rows * (2 * sizeof(float) * (std::size_t)a.cols + sizeof(int));
 }
@@ -759,7 +760,8 @@ void norm_backward_reference(const NormBackwardArgs& a, int version) {
                          false};
         RegisterLayout l;
         if (version >= 3) {
-            l = register_layout(a.rows, a.cols, sizeof(T), version >= 4, "norm_backward_reference");
+            l = register_layout(a.rows, a.cols, sizeof(T), 1, version >= 4,
+                                "norm_backward_reference");
             p.vectors = a.cols % l.vec == 0;
             for (const void* ptr : {a.x, a.dy, a.dh, (const void*)a.dx, a.weight})
                 p.vectors = p.vectors && aligned16(ptr);

@@ -14,8 +14,8 @@
 //     loads), and a row's sums are added across the warp with __shfl_xor_sync (no shared memory,
 //     no __syncthreads). Same passes over the row as version 1, a 32nd of the serial work.
 //
-//   version 3, the row in registers. A row is laid over a group of threads (32 to 512, a
-//     16-byte vector each, more for longer rows; short rows share a block); a thread loads its vectors once, with
+//   version 3, the row in registers. A row is laid over a group of threads (32 to 512, two
+//     16-byte vectors each in the forward, one in the backward; short rows share a block); a thread loads its vectors once, with
 //     16-byte loads, keeps them in registers through the row sums and computes its outputs from
 //     them: x read once, 4-8 values a load instruction.
 //
