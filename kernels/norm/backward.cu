@@ -17,10 +17,12 @@
 //      cooperatively, then adds the partial rows itself after a grid-wide barrier
 //      (grid_column_sums, rule B7), with no second kernel. Elsewhere norm_backward_kernel holds
 //      its rows in registers and prefetches the next group into L2 (rule B6).
-//  (a) locked: one block per row group; block b adds its sums into partial row b mod G (G: rule
-//      B5) while holding spin lock b mod G (the first writer stores, later ones add). Then the
-//      same column kernel adds the G rows. The order in which blocks take a lock varies, so the
-//      last bits of dw/db vary from run to run; blocks also queue on the locks when G is small.
+//  (a) locked: the same kind of persistent grid (half the blocks an SM, rule B5); block b adds its
+//      sums into partial row b mod G (G: half the blocks, rule B5) while holding spin lock b mod G
+//      (the first writer stores, later ones add). Then the same column kernel adds the G rows. The
+//      order in which blocks take a lock varies, so the last bits of dw/db vary from run to run;
+//      the blocks finish together and queue on the locks, the deeper the smaller G.
+//      (The looped kernel takes the lock for each row.)
 //
 // Lock protocol: one thread spins on atomicCAS, __threadfence, __syncthreads, then all threads
 // read (bypassing L1: another SM wrote the row) and write; one thread marks the row written; then
@@ -229,6 +231,9 @@ constexpr int backward_max_threads() {
     return ITEMS == 1 ? 1024 : 512;
 }
 
+// The register backward: reference version 5 (LOCKED: version 4), the row in registers and the
+// rows' dw / db sums in registers across a persistent grid, with the plan's layout, x and dy kept
+// in their storage type, c1 and c2 in one reduction, and the next row group prefetched into L2.
 template <typename T, typename W, int VEC, int ITEMS, bool LAYER, bool LOCKED>
 __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     norm_backward_kernel(BackwardParams<T, W> p, int tpr, int prefetch) {
@@ -321,6 +326,8 @@ __global__ void __launch_bounds__(backward_max_threads<VEC, ITEMS>(), 1)
     if (LOCKED) release_partial_row(p.locks, p.written, gi);
 }
 
+// The staged backward: reference version 5 (a persistent grid's partial rows) fed by the copy
+// engine, its grid adding its own partial rows (rule B7).
 // Strategy (b) with the rows staged in shared memory (Hopper; see common.cuh; which rows, their
 // split and their stages: rules B3, B4): the same per-row math as norm_backward_kernel, but x, dy
 // (and dh) of each row group arrive by bulk copy into one of `stages` buffers, up to `stages`
@@ -477,6 +484,8 @@ __global__ void __launch_bounds__(512, 1)
 #endif
 }
 
+// The looped backward: reference version 2's two passes over a row, by a block of 16-byte vectors,
+// with version 5's (LOCKED: version 4's) partial rows, updated row by row.
 // Long rows: one block per row, streamed in two passes (sums, then dx). The block's partial row
 // is updated element by element in pass 2 (grid: a row it owns alone; locked: under the lock).
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
@@ -610,7 +619,7 @@ BackwardPlan plan_for(const NormBackwardArgs& a) {
     return plan_backward(call, device, a.tuning ? *a.tuning : NormTuning{});
 }
 
-// Launches the main kernel; returns its number of blocks. Locked: one per row group. Grid (b):
+// Launches the main kernel; returns its number of blocks. Locked: plan.blocks (rule B5). Grid (b):
 // as many as fit on the device at once (occupancy, capped by plan.blocks), the P partial rows.
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
 unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {

@@ -57,7 +57,9 @@ std::string explain_plan(const NormCall& c, const NormDevice& d, const NormTunin
         case ForwardKernel::registers: {
             line(o, "kernel", "registers (norm_forward_kernel): the row held in registers",
                  "F1 F5");
-            line(o, "layout", layout_words(f.rows), "F6");
+            RowLayout shown = f.rows;  // a kernel built for the shape holds what the row needs
+            if (f.fixed_row) shown.items = f.fixed_items;
+            line(o, "layout", layout_words(shown), "F6");
             line(o, "built for the shape",
                  f.fixed_row ? "yes, " + std::to_string(f.rows.tpr) + " threads x " +
                                    std::to_string(f.fixed_items) + " vectors"

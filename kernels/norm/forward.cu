@@ -132,6 +132,9 @@ constexpr bool register_usual_path() {
     return !(sizeof(W) == 2 && ITEMS * VEC == kForwardElems);
 }
 
+// The register forward: reference version 3 (the row in registers, 16-byte vectors; reference.cu)
+// with rows per block and threads a row from the plan, x kept in its storage type, one reduction
+// of shifted sums for LayerNorm's mean and variance, prefetching and the usual-affine path.
 // TPR: the threads a row when known at compile time (4 to 128: the row sums are a fixed chain of
 // shuffles, plus one exchange through shared memory over 32; the row place is two constant
 // masks), or 0 for the run-time `tpr` (any power of two up to 1024). ITEMS need not be a power
@@ -224,6 +227,8 @@ constexpr bool looped_usual_path() {
     return !LAYER || (sizeof(T) == 2 && sizeof(W) == 2 && BATCH == 1);
 }
 
+// The looped forward: reference version 2's passes over a row (sums, then y), by a block of 16-byte
+// vectors rather than a warp of values, the second pass served by L1 and L2.
 // Rows streamed twice through one block (rows too long for registers, and the rows rule F5 sends
 // here): the row goes by in steps of blockDim * VEC * UNROLL values, a thread having UNROLL
 // vectors in flight at once. Pass one reads x (adding the residual and writing h, if fused) for
@@ -307,6 +312,7 @@ __global__ void __launch_bounds__(1024, UNROLL <= 4 ? 2 : 1)
     if (threadIdx.x == 0) row_last_use<T, VEC>(src_row);
 }
 
+// The staged forward: the register forward (reference version 3's idea) fed by the copy engine.
 // Rows staged in shared memory (Hopper; see common.cuh; which rows, their split and their
 // stages: rules F1-F3). A persistent block has the copy engine bring x (and the residual) of its
 // row groups into one of `stages` buffers, up to `stages` groups ahead; its threads take their
