@@ -30,10 +30,11 @@ die() { echo "FAIL: $*"; exit 1; }
 run=$work/run
 done_ok=0
 for ((i = 0; i < kills; ++i)); do
+    # Before its first checkpoint a run is started again in the same directory, which it takes
+    # over from the killed start; after it, resumed.
     if [ -f "$run/checkpoint.json" ]; then
         "$bin" train --resume "$run" > "$work/last.log" 2>&1 &
     else
-        rm -rf "$run"
         "$bin" train "$work/tiny.yaml" --set train.out_dir="$run" > "$work/last.log" 2>&1 &
     fi
     pid=$!
@@ -49,7 +50,6 @@ if [ $done_ok = 0 ]; then  # finish after the last kill
     if [ -f "$run/checkpoint.json" ]; then
         "$bin" train --resume "$run" > "$work/last.log" 2>&1
     else
-        rm -rf "$run"
         "$bin" train "$work/tiny.yaml" --set train.out_dir="$run" > "$work/last.log" 2>&1
     fi || die "resuming after the kills failed: $(tail -3 "$work/last.log")"
 fi

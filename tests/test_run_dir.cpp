@@ -1,7 +1,10 @@
 // tests/test_run_dir.cpp: a run directory survives bad commands and damaged files. A refused
 // resume changes nothing; a checkpoint is verified (sizes, checksums, one step, every tensor)
 // before it is loaded; leftovers of an interrupted save block nothing; a non-finite loss stops the
-// run before it spoils the weights. The kill -9 and full-disk tests are tests/fault_injection.sh.
+// run before it spoils the weights; a new run takes only a directory that is empty or a failed
+// start's, a checkpoint removes only the folder it replaces, and no write follows a planted link. The kill -9 and full-disk tests are tests/fault_injection.sh.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -206,22 +209,148 @@ TEST_CASE("a checkpoint whose parts do not fit the run is refused by name", "[ru
                         Contains("[resume] '" + dir + "' has no vocab.txt"));
 }
 
-TEST_CASE("a new run refuses another run's metrics, and a failed best save says so",
+TEST_CASE("a new run refuses a folder holding files it did not write, naming one, touching none",
           "[run_dir]") {
     const std::string dir = "/tmp/fg_rd_new";
+    std::ostringstream log;
+    // Another program's files (even with names a run uses), without the run marker.
+    for (const char* f : {"metrics.jsonl", "notes.txt", "config.yaml"}) {
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+        std::ofstream(dir + "/" + f) << "a user's file\n";
+        const auto before = snapshot(dir);
+        REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
+                            Contains(std::string("holds '") + f + "', which fusegrad did not write") &&
+                                Contains("never writes over or removes files it did not write"));
+        CHECK(snapshot(dir) == before);
+        CHECK_FALSE(fs::exists(dir + "/" + kRunMarker));
+    }
+    // A failed start's directory with a user's file beside it: still refused, nothing removed.
+    fs::remove_all(dir);
+    { Trainer t(tiny(dir, 2), log); }  // a start that stopped before its first checkpoint
+    fs::create_directories(dir + "/checkpoints");
+    std::ofstream(dir + "/checkpoints/my_notes.txt") << "mine\n";
+    const auto before = snapshot(dir);
+    REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
+                        Contains("holds 'checkpoints', which a start of fusegrad's does not leave"));
+    CHECK(snapshot(dir) == before);
+    // A committed run: resume it instead.
+    run_once(dir, 2);
+    REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
+                        Contains("already holds a run (checkpoint.json): resume it with --resume"));
+    // train.out_dir naming a file.
+    std::ofstream("/tmp/fg_rd_a_file") << "x";
+    REQUIRE_THROWS_WITH(Trainer(tiny("/tmp/fg_rd_a_file", 2), log),
+                        Contains("train.out_dir '/tmp/fg_rd_a_file' is not a directory"));
+}
+
+TEST_CASE("a start that stopped before its first checkpoint is taken over by the next",
+          "[run_dir]") {
+    const std::string dir = "/tmp/fg_rd_failed_start";
+    fs::remove_all(dir);
+    std::ostringstream log;
+    {
+        Trainer t(tiny(dir, 2), log);  // config.yaml, vocab.txt and the marker written
+    }
+    // What a kill between the first metrics line and the first commit leaves: a metrics line, a
+    // half-written save and a temporary file.
+    std::ofstream(dir + "/metrics.jsonl") << "{\"step\": 1, \"loss\": 9.5}\n";
+    fs::create_directories(dir + "/checkpoints/.partial");
+    std::ofstream(dir + "/checkpoints/.partial/model.safetensors.Ab12Cd.tmp") << "half";
+    std::ofstream(dir + "/config.yaml.x1Y2z3.tmp") << "half";
+    // --resume has nothing to resume, and says what to do.
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                        Contains("holds no checkpoint") &&
+                            Contains("its run stopped before its first checkpoint; start it again"));
+    std::ostringstream retry_log;
+    Trainer retry(tiny(dir, 2), retry_log);
+    CHECK_THAT(retry_log.str(),
+               Contains("note: taking over '" + dir + "': a start that stopped before its first "
+                        "checkpoint left checkpoints, config.yaml, config.yaml.x1Y2z3.tmp, "
+                        "metrics.jsonl, vocab.txt; they are replaced"));
+    retry.run();
+    CHECK(has_checkpoint(dir));
+    std::ifstream metrics(dir + "/metrics.jsonl");
+    std::string first;
+    std::getline(metrics, first);
+    CHECK(first.find("9.5") == std::string::npos);  // the failed start's line is gone
+    CHECK_FALSE(fs::exists(dir + "/config.yaml.x1Y2z3.tmp"));
+}
+
+TEST_CASE("a checkpoint removes only the folder the one before it named", "[run_dir]") {
+    const std::string dir = run_once("/tmp/fg_rd_cleanup", 2);
+    const std::string first = verified_checkpoint(dir).folder;
+    // A user's files in checkpoints/, and a folder named like a checkpoint no manifest named.
+    std::ofstream(dir + "/checkpoints/notes.txt") << "mine\n";
+    fs::create_directories(dir + "/checkpoints/my_backup");
+    fs::create_directories(dir + "/checkpoints/step_99999999");
+    std::ostringstream log;
+    auto t = Trainer::resume(dir, {"train.steps=4"}, log);
+    t->run();
+    CHECK(verified_checkpoint(dir).folder != first);
+    CHECK_FALSE(fs::exists(dir + "/" + first));  // the replaced checkpoint
+    CHECK(fs::exists(dir + "/checkpoints/notes.txt"));
+    CHECK(fs::exists(dir + "/checkpoints/my_backup"));
+    CHECK(fs::exists(dir + "/checkpoints/step_99999999"));
+    CHECK(is_step_folder_name("step_00000012"));
+    CHECK(is_step_folder_name("step_00000012.3"));
+    CHECK_FALSE(is_step_folder_name("step_12"));
+    CHECK_FALSE(is_step_folder_name("step_00000012."));
+    CHECK_FALSE(is_step_folder_name("step_00000012.x"));
+    CHECK_FALSE(is_step_folder_name("../step_00000012"));
+}
+
+TEST_CASE("no write follows a planted link, and appends go to a regular file fusegrad made",
+          "[run_dir]") {
+    const std::string dir = "/tmp/fg_rd_links", victim = "/tmp/fg_rd_links_victim";
     fs::remove_all(dir);
     fs::create_directories(dir);
-    std::ofstream(dir + "/metrics.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n";
+    std::ofstream(victim) << "precious\n";
+    auto victim_text = [&] {
+        std::ifstream in(victim);
+        return std::string((std::istreambuf_iterator<char>(in)), {});
+    };
+    // A link at the file's own name, and at the old fixed temporary name: the write replaces
+    // the link at `path` with a file, and never opens what either link points to.
+    fs::create_symlink(victim, dir + "/vocab.txt");
+    fs::create_symlink(victim, dir + "/vocab.txt.tmp");
+    write_file_durably(dir + "/vocab.txt", "abc", "test");
+    CHECK(victim_text() == "precious\n");
+    CHECK(fs::is_regular_file(fs::symlink_status(dir + "/vocab.txt")));
+    // An append to a link (even a dangling one) is refused, naming it.
+    fs::create_symlink(victim, dir + "/metrics.jsonl");
+    REQUIRE_THROWS_WITH(append_line(dir + "/metrics.jsonl", "{}", "train"),
+                        Contains("cannot append to '" + dir + "/metrics.jsonl'") &&
+                            Contains("symbolic link"));
+    fs::create_symlink("/tmp/fg_rd_links_nothing", dir + "/dangling.jsonl");
+    REQUIRE_THROWS_WITH(append_line(dir + "/dangling.jsonl", "{}", "train"),
+                        Contains("symbolic link"));
+    CHECK_FALSE(fs::exists("/tmp/fg_rd_links_nothing"));
+    CHECK(victim_text() == "precious\n");
+    // A FIFO is refused at once, not waited on.
+    REQUIRE(::mkfifo((dir + "/fifo.jsonl").c_str(), 0644) == 0);
+    REQUIRE_THROWS_WITH(append_line(dir + "/fifo.jsonl", "{}", "train"),
+                        Contains("cannot append to '" + dir + "/fifo.jsonl'"));
+    // A new run's directory holding a planted link is refused before anything is written.
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::create_symlink(victim, dir + "/metrics.jsonl");
     std::ostringstream log;
     REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
-                        Contains("already holds a run (metrics.jsonl)"));
+                        Contains("holds 'metrics.jsonl', which fusegrad did not write"));
+    CHECK(victim_text() == "precious\n");
+}
+
+TEST_CASE("a failed best save says so and keeps the last checkpoint", "[run_dir]") {
     // best.safetensors cannot be written (a folder is in its place): the run stops and says the
-    // last checkpoint stays.
+    // last checkpoint stays. (The folder is put there after the run has claimed the directory.)
+    const std::string dir = "/tmp/fg_rd_best";
     fs::remove_all(dir);
-    fs::create_directories(dir + "/best.safetensors");
+    std::ostringstream log;
     Config c = tiny(dir, 4);
     c.train.eval_interval = 2;
     Trainer t(c, log);
+    fs::create_directories(dir + "/best.safetensors");
     REQUIRE_THROWS_WITH(t.run(),
                         Contains("[checkpoint] saving the best weights at step 2 failed") &&
                             Contains("the last good checkpoint in '" + dir + "' is kept"));

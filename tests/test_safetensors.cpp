@@ -97,7 +97,7 @@ TEST_CASE("truncated and corrupt safetensors files are refused", "[checkpoint][e
 TEST_CASE("safetensors writes and headers that cannot be right", "[checkpoint][errors]") {
     Tensor t = test::random_f32({4});
     REQUIRE_THROWS_WITH(save_safetensors("/nonexistent/dir/m.safetensors", {{"w", t}}),
-                        Contains("[checkpoint] cannot create '/nonexistent/dir/m.safetensors.tmp'"));
+                        Contains("[checkpoint] cannot create a temporary file beside '/nonexistent/dir/m.safetensors'"));
     REQUIRE_THROWS_WITH(save_safetensors("/tmp/fg_test_names.safetensors", {{"w", t}, {"w", t}}),
                         Contains("tensor name 'w' is reserved or repeated"));
     REQUIRE_THROWS_WITH(save_safetensors("/tmp/fg_test_names.safetensors", {{"__metadata__", t}}),

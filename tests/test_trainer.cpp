@@ -108,7 +108,7 @@ TEST_CASE("more trainer bad inputs", "[trainer][errors]") {
     REQUIRE_THROWS_WITH(write_loss_curve("/nonexistent/metrics.jsonl", "/tmp/x.svg", "t"),
                         Contains("[plot] cannot read '/nonexistent/metrics.jsonl'"));
     REQUIRE_THROWS_WITH(write_loss_curve("/tmp/fg_run_opt/metrics.jsonl", "/nonexistent/d/c.svg", "t"),
-                        Contains("[plot] cannot create '/nonexistent/d/c.svg.tmp'"));
+                        Contains("[plot] cannot create a temporary file beside '/nonexistent/d/c.svg'"));
 }
 
 TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {

@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -62,11 +65,27 @@ std::string step_folder_name(const std::string& run_dir, std::int64_t step) {
 
 }  // namespace
 
+bool is_step_folder_name(const std::string& name) {
+    // step_ and eight or more digits, then optionally a dot and digits (step_folder_name).
+    if (name.rfind("step_", 0) != 0) return false;
+    std::size_t i = 5, digits = 0;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i, ++digits;
+    if (digits < 8) return false;
+    if (i == name.size()) return true;
+    if (name[i] != '.' || i + 1 == name.size()) return false;
+    for (++i; i < name.size(); ++i)
+        if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+    return true;
+}
+
 void write_file_durably(const std::string& path, const std::string& bytes, const char* op) {
-    const std::string tmp = path + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    FG_CHECK(fd >= 0, op, "cannot create '", tmp, "': ", reason());
-    bool ok = write_all(fd, bytes) && ::fsync(fd) == 0;
+    // A new name of our own (mkstemps: O_CREAT | O_EXCL), so a file or link planted at any name
+    // we might use is never opened, and rename replaces the name `path`, never what a link
+    // there points to.
+    std::string tmp = path + ".XXXXXX.tmp";
+    int fd = ::mkstemps(tmp.data(), 4);
+    FG_CHECK(fd >= 0, op, "cannot create a temporary file beside '", path, "': ", reason());
+    bool ok = ::fchmod(fd, 0644) == 0 && write_all(fd, bytes) && ::fsync(fd) == 0;
     std::string why = ok ? "" : reason();
     ok = (::close(fd) == 0) && ok;
     if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -79,6 +98,106 @@ void write_file_durably(const std::string& path, const std::string& bytes, const
              "; the file was left as it was");
     }
     sync_folder(folder_of(path));
+}
+
+void append_line(const std::string& path, const std::string& line, const char* op) {
+    const int fd = ::open(path.c_str(),
+                          O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    FG_CHECK(fd >= 0, op, "cannot append to '", path, "': ", reason(),
+             errno == ELOOP ? " (it is a symbolic link; fusegrad writes only files it made)" : "");
+    struct stat st {};
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    const bool ok = regular && write_all(fd, line + "\n");
+    const std::string why = regular ? reason() : "not a regular file";
+    ::close(fd);
+    FG_CHECK(ok, op, "cannot append to '", path, "': ", why);
+}
+
+namespace {
+
+// What a start of fusegrad's writes at the top of its run directory before (or while) it
+// commits its first checkpoint.
+bool written_by_a_start(const std::string& name) {
+    for (const char* f : {"config.yaml", "vocab.txt", "metrics.jsonl", "loss_curve.svg",
+                          "best.safetensors", "model.safetensors", "model.safetensors.tmp"})
+        if (name == f) return true;
+    return false;
+}
+
+// `base`.XXXXXX.tmp: a temporary file of write_file_durably's for one of fusegrad's names.
+bool our_temporary(const std::string& name) {
+    const std::size_t n = name.size();
+    if (n < 12 || name.compare(n - 4, 4, ".tmp") != 0 || name[n - 11] != '.') return false;
+    for (std::size_t i = n - 10; i < n - 4; ++i)
+        if (!std::isalnum(static_cast<unsigned char>(name[i]))) return false;
+    const std::string base = name.substr(0, n - 11);
+    return written_by_a_start(base) || base == kManifest || base == kRunMarker;
+}
+
+}  // namespace
+
+std::string claim_new_run_directory(const std::string& run_dir) {
+    const fs::path run(run_dir);
+    std::error_code ec;
+    const auto write_marker = [&] {
+        write_file_durably((run / kRunMarker).string(),
+                           "This directory is a fusegrad run. fusegrad writes and removes only "
+                           "the files it made here.\n",
+                           "train");
+    };
+    if (!fs::exists(fs::symlink_status(run))) {
+        fs::create_directories(run, ec);
+        FG_CHECK(!ec, "train", "cannot create the run directory '", run_dir, "': ", ec.message());
+        write_marker();
+        return "";
+    }
+    FG_CHECK(fs::is_directory(run), "train", "train.out_dir '", run_dir,
+             "' is not a directory");
+    FG_CHECK(!has_checkpoint(run_dir), "train", "'", run_dir, "' already holds a run (",
+             kManifest, "): resume it with --resume ", run_dir,
+             ", or set train.out_dir to a new directory");
+    const bool marked = fs::is_regular_file(fs::symlink_status(run / kRunMarker));
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(run)) names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
+    std::vector<std::string> left;  // by a failed start: to be taken over
+    for (const std::string& name : names) {
+        if (name == kRunMarker && marked) continue;
+        const fs::path path = run / name;
+        const fs::file_status st = fs::symlink_status(path);
+        // The marker's own temporary file: a start killed while it wrote the marker.
+        const bool marker_temporary =
+            name.rfind(std::string(kRunMarker) + ".", 0) == 0 && our_temporary(name);
+        bool ours = fs::is_regular_file(st) &&
+                    (marker_temporary ||
+                     (marked && (written_by_a_start(name) || our_temporary(name))));
+        if (marked && name == "checkpoints" && fs::is_directory(st)) {
+            ours = true;  // if it holds nothing but step folders and .partial
+            for (const auto& e : fs::directory_iterator(path)) {
+                const std::string f = e.path().filename();
+                ours = ours && fs::is_directory(fs::symlink_status(e.path())) &&
+                       (f == ".partial" || is_step_folder_name(f));
+            }
+        }
+        FG_CHECK(ours, "train", "'", run_dir, "' holds '", name, "', which ",
+                 marked ? "a start of fusegrad's does not leave before its first checkpoint"
+                        : "fusegrad did not write",
+                 ": a new run needs a new or empty directory, or one a failed start of fusegrad "
+                 "left (set train.out_dir to another directory; fusegrad never writes over or "
+                 "removes files it did not write)");
+        left.push_back(name);
+    }
+    if (!marked) write_marker();  // an empty directory
+    if (left.empty()) return "";
+    std::string list;
+    for (const std::string& name : left) {
+        fs::remove_all(run / name, ec);
+        FG_CHECK(!ec, "train", "cannot remove '", (run / name).string(), "': ", ec.message());
+        list += (list.empty() ? "" : ", ") + name;
+    }
+    sync_folder(run_dir);
+    return "taking over '" + run_dir + "': a start that stopped before its first checkpoint " +
+           "left " + list + "; they are replaced";
 }
 
 void sync_folder(const std::string& path) {
@@ -126,6 +245,14 @@ void commit_checkpoint(const std::string& run_dir, std::int64_t step) {
     }
     const std::string folder = step_folder_name(run_dir, step);
     std::error_code ec;
+    // The folder of the checkpoint this one replaces: the only one fusegrad removes after it.
+    std::string previous;
+    if (has_checkpoint(run_dir)) {
+        std::ifstream old((run / kManifest).string());
+        const nlohmann::json j = nlohmann::json::parse(old, nullptr, false);
+        if (j.is_object() && j.contains("folder") && j["folder"].is_string())
+            previous = fs::path(j["folder"].get<std::string>()).filename().string();
+    }
     fs::rename(partial, checkpoints / folder, ec);
     FG_CHECK(!ec, "checkpoint", "cannot rename '", partial, "' to '",
              (checkpoints / folder).string(), "': ", ec.message());
@@ -146,11 +273,10 @@ void commit_checkpoint(const std::string& run_dir, std::int64_t step) {
              (checkpoints / folder).string(), "', but '", (run / "model.safetensors").string(),
              "' could not be updated: ", ec.message());
     sync_folder(run.string());
-    // Older checkpoints and leftovers of interrupted saves are no longer needed.
-    for (const auto& entry : fs::directory_iterator(checkpoints)) {
-        if (entry.path().filename() == folder) continue;
-        fs::remove_all(entry.path(), ec);
-    }
+    // The checkpoint this one replaced is no longer needed. Nothing else in checkpoints/ is
+    // touched: fusegrad removes only folders its own manifest named.
+    if (!previous.empty() && previous != folder && is_step_folder_name(previous))
+        fs::remove_all(checkpoints / previous, ec);
 }
 
 CheckpointManifest verified_checkpoint(const std::string& run_dir) {

@@ -8,7 +8,8 @@
 //   2. .partial renamed to the step's folder, checkpoints/ fsynced;
 //   3. checkpoint.json written the same durable way (a temporary file renamed over the old one);
 //   4. model.safetensors at the top of the run directory re-pointed at the new weights (a hard
-//      link renamed into place), for users and `sample`; older checkpoint folders removed.
+//      link renamed into place), for users and `sample`; the folder of the checkpoint it
+//      replaced (the old manifest's) removed, and nothing else.
 // A crash anywhere before 3 leaves the previous manifest and its folder untouched; after 3 the new
 // checkpoint is complete. Readers verify sizes and checksums, so a truncated or flipped file is
 // refused, never loaded. Leftover temporary files and folders are ignored and cleaned up.
@@ -21,8 +22,9 @@
 namespace fg {
 
 // Writes `bytes` to `path` so that after it returns the content survives a crash: a temporary
-// file beside it (its name ends ".tmp"), written, fsynced, renamed over `path`, the folder
-// fsynced. On failure (a full disk, say) the temporary file is removed, `path` is unchanged, and
+// file beside it, of a new name made for it (`path`.XXXXXX.tmp, created exclusively, so a file or
+// link planted there is never opened), written, fsynced, renamed over `path` (a link at `path` is
+// replaced, never followed), the folder fsynced. On failure (a full disk, say) the temporary file is removed, `path` is unchanged, and
 // an fg::Error (of `op`) names the file and the system's reason.
 void write_file_durably(const std::string& path, const std::string& bytes,
                         const char* op = "checkpoint");
@@ -40,6 +42,29 @@ struct CheckpointManifest {
     };
     std::map<std::string, File> files;  // by file name inside the folder
 };
+
+// Appends `line` and a newline to `path`, a regular file fusegrad made or makes now: opened with
+// O_NOFOLLOW (a symbolic link at `path` is refused, not followed) and O_NONBLOCK (a FIFO there
+// is refused, not waited on). An fg::Error (of `op`) names the file and the reason.
+void append_line(const std::string& path, const std::string& line, const char* op);
+
+// The hidden file that marks a directory as a fusegrad run: written first when a new run
+// starts, so that a later start can tell what a failed start left from a user's files.
+inline constexpr const char* kRunMarker = ".fusegrad-run";
+
+// Makes `run_dir` ready for a new run, or refuses it. A directory that does not exist is
+// created, an empty one taken; one with a committed checkpoint is refused (resume it); one
+// holding only what a start of fusegrad's left before its first checkpoint (the marker,
+// config.yaml, vocab.txt, metrics.jsonl, loss_curve.svg, best.safetensors, model.safetensors,
+// checkpoints/ with step folders or .partial, fusegrad's temporary files) is taken over: those
+// files are removed, and the returned line says so for the log ("" otherwise). Any other file,
+// or any file without the marker, is refused by name: a new run never writes over, or removes,
+// a file it did not write. The marker is written before this returns.
+std::string claim_new_run_directory(const std::string& run_dir);
+
+// step_ and at least eight digits, optionally a dot and a number: the checkpoint folders
+// fusegrad names (commit_checkpoint), the only ones it removes.
+bool is_step_folder_name(const std::string& name);
 
 // Commits the files already written into <run_dir>/checkpoints/.partial/ (partial_folder()) as
 // the checkpoint of `step`: steps 2-4 above.

@@ -345,15 +345,13 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
         peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.train.precision);
     if (c.train.phase_times && device_ == Device::cuda) phases_ = std::make_unique<StepPhases>();
 
+    std::string taken_over;
     if (!resuming && writer()) {
-        // A new run never writes over another run's files (a checkpoint, weights or metrics).
-        for (const char* f : {"checkpoint.json", "model.safetensors", "train_state.safetensors",
-                              "metrics.jsonl"})
-            FG_CHECK(!fs::exists(fs::path(dir_) / f), "train", "'", dir_,
-                     "' already holds a run (", f, "): resume it with --resume ", dir_,
-                     ", or set train.out_dir to a new directory");
+        // A new run never writes over, or removes, a file it did not write.
+        taken_over = claim_new_run_directory(dir_);
         write_run_files();
     }
+    if (!taken_over.empty()) log_ << "note: " << taken_over << "\n";
     for (const std::string& w : c.warnings) log_ << "warning: " << w << "\n";
     log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
          << dump_config(cfg_) << "\n";
@@ -409,7 +407,12 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
     // leaves it exactly as it was.
     std::string cfg_path = (fs::path(run_dir) / "config.yaml").string();
     FG_CHECK(has_checkpoint(run_dir) || fs::exists(fs::path(run_dir) / "train_state.safetensors"),
-             "resume", "'", run_dir, "' holds no checkpoint (checkpoint.json is missing)");
+             "resume", "'", run_dir, "' holds no checkpoint (checkpoint.json is missing)",
+             fs::exists(fs::path(run_dir) / kRunMarker)
+                 ? std::string(": its run stopped before its first checkpoint; start it again "
+                               "with `fusegrad train CONFIG` and train.out_dir ") +
+                       run_dir + " (the new run takes the directory over)"
+                 : std::string());
     Config saved = load_config(cfg_path);
     Config cfg = load_config(cfg_path, overrides);
     cfg.train.out_dir = saved.train.out_dir = run_dir;
@@ -599,8 +602,7 @@ void Trainer::write_checkpoint() {
 
 void Trainer::log_metrics(const std::string& json_line) {
     if (!writer()) return;
-    std::ofstream out(fs::path(dir_) / "metrics.jsonl", std::ios::app);
-    out << json_line << "\n";
+    append_line((fs::path(dir_) / "metrics.jsonl").string(), json_line, "train");
 }
 
 double Trainer::train_step() {
