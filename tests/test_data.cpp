@@ -1,6 +1,9 @@
 // tests/test_data.cpp: the datasets: the character vocabulary, text splits and windows, the
 // addition task's format, held-out problems that never reach training, answer-only targets, and
 // the bad inputs (missing, empty, too short files; prompts outside the vocabulary).
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -53,6 +56,13 @@ TEST_CASE("text data: missing, empty and too-short files", "[data][errors]") {
     REQUIRE_THROWS_WITH(TextData("/nonexistent/input.txt", 0.1, 8),
                         Contains("[data] cannot read '/nonexistent/input.txt'"));
     REQUIRE_THROWS_WITH(TextData(write_temp("empty.txt", ""), 0.1, 8), Contains("is empty"));
+    // A FIFO (or a device) would block the read forever: refused at once, by name.
+    const std::string fifo = "/tmp/fg_test_data.fifo";
+    ::unlink(fifo.c_str());
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    REQUIRE_THROWS_WITH(TextData(fifo, 0.1, 8),
+                        Contains("'" + fifo + "' is not a regular file (a FIFO, socket or device)"));
+    REQUIRE_THROWS_WITH(TextData("/tmp", 0.1, 8), Contains("'/tmp' is a directory"));
     REQUIRE_THROWS_WITH(TextData(write_temp("short.txt", std::string(50, 'a')), 0.1, 8),
                         Contains("has 50 characters") && Contains("needs at least block_size + 1 = 9"));
 }

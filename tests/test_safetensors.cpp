@@ -119,4 +119,17 @@ TEST_CASE("safetensors writes and headers that cannot be right", "[checkpoint][e
         Contains("tensor 'w' has a malformed entry"));
     REQUIRE_THROWS_WITH(load_safetensors("/tmp"),
                         Contains("[checkpoint] '/tmp' is a directory, not a safetensors file"));
+    // Tensors that share bytes: refused before anything is allocated (a crafted header could
+    // otherwise name the same few bytes for any number of tensors).
+    REQUIRE_THROWS_WITH(
+        load_safetensors(with_header(
+            R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},)"
+            R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})")),
+        Contains("tensors 'a' [0, 16) and 'b' [8, 16) overlap"));
+    // Back to back, and empty tensors anywhere, are fine.
+    const SafetensorsFile ok = load_safetensors(with_header(
+        R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+        R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},)"
+        R"( "e": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]}})"));
+    CHECK(ok.tensors.size() == 3);
 }

@@ -5,6 +5,9 @@
 // one file of the right split, every window drawn, reproducible for a seed. Every bad input's
 // message. Three-step training runs on random tokens and on shards that resume exactly, evaluate
 // and sample; the shipped configs/gpt2_124m.yaml.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -394,6 +397,14 @@ TEST_CASE("token shards: every bad input names the file and what is wrong",
     CHECK(config_error({"data.path=a.bin", "data.val_path=b.bin"}).empty());
     CHECK_THAT(config_error({"data.kind=tokens"}),
                Contains("must be one of addition, text, shards, random_tokens"));
+}
+
+TEST_CASE("a FIFO as a token shard is refused at once, not waited on", "[token_data][errors]") {
+    const std::string fifo = "/tmp/fg_test_shard.fifo";
+    ::unlink(fifo.c_str());
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    REQUIRE_THROWS_WITH(ShardData(fifo, fifo, TokenFormat::raw_uint16, 0, 8),
+                        Contains("'" + fifo + "' is not a regular file (a FIFO, socket or device)"));
 }
 
 TEST_CASE("random tokens: uniform ids from the seed, no files", "[token_data]") {

@@ -343,6 +343,8 @@ public:
             error(none, "model.n_embd", "n_embd (" + std::to_string(c.model.n_embd) +
                                             ") must be a multiple of model.n_head (" +
                                             std::to_string(c.model.n_head) + ")");
+        if (c.train.out_dir.empty())
+            error(none, "train.out_dir", "must name a directory (the run's files go there)");
         if (c.data.kind == "text" && c.data.path.empty())
             error(none, "data.path", "data.kind is text, so data.path must name a text file");
         if (c.data.kind == "shards" && c.data.path.empty())

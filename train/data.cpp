@@ -128,6 +128,13 @@ std::string Vocab::decode(const std::vector<std::int32_t>& ids) const {
 namespace {
 
 std::string read_file(const std::string& path) {
+    // Only a regular file: a FIFO or a device would block the open or never end.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    FG_CHECK(!fs::exists(st) || fs::is_regular_file(st), "data", "'", path, "' is ",
+             fs::is_directory(st) ? "a directory" : "not a regular file (a FIFO, socket or device)",
+             ": data.path must name a file");
     std::ifstream in(path, std::ios::binary);
     FG_CHECK(in.good(), "data", "cannot read '", path, "' (does the file exist?)");
     std::stringstream text;
@@ -264,14 +271,16 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "token shards are little-endian and are read in place");
 
 MappedFile::MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     FG_CHECK(fd >= 0, "data", "cannot open '", path, "': ", std::strerror(errno));
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         const int e = errno;
-        const bool dir = S_ISDIR(st.st_mode);
+        const bool dir = S_ISDIR(st.st_mode), other = !S_ISREG(st.st_mode);
         ::close(fd);
         FG_CHECK(!dir, "data", "'", path, "' is a directory, not a file");
+        FG_CHECK(!other, "data", "'", path, "' is not a regular file (a FIFO, socket or device)");
         fail("data", "cannot read '", path, "': ", std::strerror(e));
     }
     size_ = static_cast<std::int64_t>(st.st_size);

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -96,6 +97,15 @@ SafetensorsFile load_safetensors(const std::string& path) {
     }
     FG_CHECK(header.is_object(), "checkpoint", "'", path, "' has a corrupt header: not an object");
     const std::uint64_t data_start = 8 + n, data_size = size - data_start;
+    // Every entry is checked before any tensor is read or allocated, so that no header, however
+    // crafted, makes a file cost more memory than its own size.
+    struct Entry {
+        std::string name;
+        DType dtype;
+        Shape shape;
+        std::uint64_t begin, end;
+    };
+    std::vector<Entry> entries;
     SafetensorsFile file;
     for (auto& [name, entry] : header.items()) {
         if (name == "__metadata__") {
@@ -135,11 +145,28 @@ SafetensorsFile load_safetensors(const std::string& path) {
                  " bytes (truncated file?)");
         FG_CHECK(end - begin == want, "checkpoint", "'", path, "': tensor '", name, "' of shape ",
                  shape_str(shape), " needs ", want, " bytes, the header gives ", end - begin);
-        Tensor t = Tensor::empty(shape, dtype);
-        in.seekg(static_cast<std::streamoff>(data_start + begin));
-        in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(want));
-        FG_CHECK(in.good() || want == 0, "checkpoint", "'", path, "': reading tensor '", name, "' failed");
-        file.tensors.emplace_back(name, t);
+        entries.push_back({name, dtype, shape, begin, end});
+    }
+    // No two tensors may share bytes: with overlaps allowed, a small file could name the same
+    // bytes for many large tensors.
+    std::vector<const Entry*> by_offset;
+    for (const Entry& e : entries)
+        if (e.end > e.begin) by_offset.push_back(&e);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+    for (std::size_t i = 1; i < by_offset.size(); ++i)
+        FG_CHECK(by_offset[i - 1]->end <= by_offset[i]->begin, "checkpoint", "'", path,
+                 "': tensors '", by_offset[i - 1]->name, "' [", by_offset[i - 1]->begin, ", ",
+                 by_offset[i - 1]->end, ") and '", by_offset[i]->name, "' [", by_offset[i]->begin,
+                 ", ", by_offset[i]->end, ") overlap (a corrupt or crafted file)");
+    for (const Entry& e : entries) {
+        const std::uint64_t bytes = e.end - e.begin;
+        Tensor t = Tensor::empty(e.shape, e.dtype);
+        in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+        in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(bytes));
+        FG_CHECK(in.good() || bytes == 0, "checkpoint", "'", path, "': reading tensor '", e.name,
+                 "' failed");
+        file.tensors.emplace_back(e.name, t);
     }
     return file;
 }
