@@ -132,6 +132,15 @@ TEST_CASE("a damaged checkpoint is refused, naming the file and what is wrong", 
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("names step -1"));
     std::ofstream(dir + "/checkpoint.json") << R"({"step": 1, "folder": "../etc", "files": {}})";
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("not one in checkpoints/"));
+    // File names that would lead out of the checkpoint folder are not even looked at.
+    for (const char* name : {"/etc/hostname", "../../../etc/hostname", "..", "a/b"}) {
+        std::ofstream(dir + "/checkpoint.json")
+            << R"({"step": 4, "folder": "checkpoints/step_00000004", "files": {")" << name
+            << R"(": {"bytes": 1, "xxh3": "0"}}})";
+        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
+                            Contains(std::string("lists the file '") + name +
+                                     "', which is not a name inside its checkpoint folder"));
+    }
     // No manifest at all.
     fresh();
     fs::remove(dir + "/checkpoint.json");
@@ -275,6 +284,69 @@ TEST_CASE("a start that stopped before its first checkpoint is taken over by the
     std::getline(metrics, first);
     CHECK(first.find("9.5") == std::string::npos);  // the failed start's line is gone
     CHECK_FALSE(fs::exists(dir + "/config.yaml.x1Y2z3.tmp"));
+}
+
+TEST_CASE("sample and eval load weights as --resume does: verified, finite, the model's names",
+          "[run_dir]") {
+    const std::string dir = "/tmp/fg_rd_load";
+    run_once(dir, 4);
+    CHECK(load_run(dir, false, Device::cpu).model != nullptr);
+    // A flipped byte in the checkpoint's weights: refused by its checksum, as --resume refuses it.
+    {
+        std::fstream f(checkpoint_file(dir, "model.safetensors"),
+                       std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(200);
+        f.put('\x5a');
+    }
+    REQUIRE_THROWS_WITH(load_run(dir, false, Device::cpu),
+                        Contains("model.safetensors' does not match its checksum"));
+    // Non-finite or foreign weights (best.safetensors has no manifest): refused by name.
+    run_once(dir, 4);
+    SafetensorsFile best = load_safetensors(dir + "/model.safetensors");
+    best.tensors[0].second = Tensor::full(best.tensors[0].second.shape(), std::nan(""));
+    save_safetensors(dir + "/best.safetensors", best.tensors, best.metadata);
+    REQUIRE_THROWS_WITH(load_run(dir, true, Device::cpu),
+                        Contains("holds a non-finite value") &&
+                            Contains("'" + best.tensors[0].first + "'"));
+    best = load_safetensors(dir + "/model.safetensors");
+    best.tensors.emplace_back("extra.weight", Tensor::zeros({2}));
+    save_safetensors(dir + "/best.safetensors", best.tensors, best.metadata);
+    REQUIRE_THROWS_WITH(load_run(dir, true, Device::cpu),
+                        Contains("holds a tensor 'extra.weight' that the model does not have"));
+    // A config.yaml asking for a model larger than the machine: refused before it is built.
+    Config huge = load_config(dir + "/config.yaml");
+    huge.model.n_layer = 200000;
+    huge.model.n_embd = 4096;
+    huge.model.n_head = 32;
+    write_file_durably(dir + "/config.yaml", dump_config(huge), "test");
+    REQUIRE_THROWS_WITH(load_run(dir, false, Device::cpu),
+                        Contains("[load] the model '" + dir + "/config.yaml' describes needs") &&
+                            Contains("for its weights, but cpu has"));
+}
+
+TEST_CASE("checkpoint metadata past what a run reaches is refused", "[run_dir]") {
+    const std::string dir = run_once("/tmp/fg_rd_metadata", 4);
+    std::ostringstream log;
+    for (const auto& [key, value, message] :
+         {std::tuple<std::string, std::string, std::string>{
+              "step", "18446744073709551615", "metadata 'step' is 18446744073709551615, more than "
+                                              "any run reaches"},
+          {"optimizer_steps", "5", "optimizer_steps 5 is more than the step, 4"},
+          {"data_offset", "9223372036854775808", "metadata 'data_offset' is "
+                                                 "9223372036854775808, more than any run reaches"}}) {
+        INFO(key);
+        run_once(dir, 4);
+        // The legacy layout (as an older fusegrad wrote it: both files at the top, no manifest,
+        // no checksums): only the values themselves can be checked.
+        SafetensorsFile state = load_safetensors(checkpoint_file(dir, "train_state.safetensors"));
+        SafetensorsFile model = load_safetensors(checkpoint_file(dir, "model.safetensors"));
+        fs::remove(dir + "/checkpoint.json");
+        state.metadata[key] = value;
+        if (key == "step") model.metadata["step"] = value;
+        save_safetensors(dir + "/train_state.safetensors", state.tensors, state.metadata);
+        save_safetensors(dir + "/model.safetensors", model.tensors, model.metadata);
+        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(message));
+    }
 }
 
 TEST_CASE("a checkpoint removes only the folder the one before it named", "[run_dir]") {

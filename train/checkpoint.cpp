@@ -304,6 +304,11 @@ CheckpointManifest verified_checkpoint(const std::string& run_dir) {
     FG_CHECK(m.folder.rfind("checkpoints/", 0) == 0 && m.folder.find("..") == std::string::npos,
              "resume", "'", path, "' names the folder '", m.folder, "', not one in checkpoints/");
     for (const auto& [name, f] : m.files) {
+        // Names of files inside the folder, never a path out of it.
+        FG_CHECK(!name.empty() && name != "." && name != ".." &&
+                     name.find('/') == std::string::npos && name.find('\0') == std::string::npos,
+                 "resume", "'", path, "' lists the file '", name,
+                 "', which is not a name inside its checkpoint folder (damaged or crafted)");
         const fs::path file = run / m.folder / name;
         std::error_code ec;
         const auto bytes = fs::file_size(file, ec);

@@ -188,7 +188,18 @@ TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t se
 
 void load_weights(GPT& model, const std::string& path, Device device) {
     SafetensorsFile weights = load_safetensors(path);
-    for (auto& [name, p] : model.state_dict()) {
+    auto params = model.state_dict();
+    for (const auto& [name, t] : weights.tensors) {  // every tensor is one of the model's
+        bool known = false;
+        for (const auto& [n, p] : params) known = known || n == name;
+        FG_CHECK(known, "load", "'", path, "' holds a tensor '", name,
+                 "' that the model does not have (a different model, or a damaged file)");
+        const Tensor f = t.to(DType::f64);
+        for (double v : f.to_vector<double>())
+            FG_CHECK(std::isfinite(v), "load", "'", path, "': tensor '", name,
+                     "' holds a non-finite value (", v, "): these weights cannot be used");
+    }
+    for (auto& [name, p] : params) {
         const Tensor* t = weights.find(name);
         FG_CHECK(t != nullptr, "load", "'", path, "' has no tensor '", name,
                  "' (a different model shape?)");
@@ -204,16 +215,33 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
     out.vocab = Vocab::parse(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
     set_allow_tf32(out.config.train.precision == "tf32");
+    // The model config.yaml describes must fit before it is built (a damaged or edited config
+    // could ask for any size): its weights, with the same estimate training uses.
+    const GPTConfig shape = gpt_config(out.config, out.vocab.size());
+    const double weights_bytes = estimate_training_memory(shape, 1, 1, 0).parameters;
+    const double available = static_cast<double>(available_memory(device));
+    FG_CHECK(weights_bytes <= available, "load", "the model '", (dir / "config.yaml").string(),
+             "' describes needs ", format_bytes(static_cast<std::size_t>(std::min(weights_bytes, 1e18))),
+             " for its weights, but ", device_name(device), " has ",
+             format_bytes(static_cast<std::size_t>(available)), " available");
     Generator init(0);  // overwritten by the checkpoint
-    out.model = std::make_unique<GPT>(gpt_config(out.config, out.vocab.size()), init, device);
+    out.model = std::make_unique<GPT>(shape, init, device);
     // Kernels are a matter of speed: a run trained with kernels.attention=cudnn is still read
     // where cuDNN cannot run (sample or eval on the CPU), with the automatic choice.
     Config kernels = out.config;
     if (kernels.kernels.attention == "cudnn" && !attention_runs_cudnn(kernels, device))
         kernels.kernels.attention = "auto";
     configure_kernels(*out.model, kernels);
-    load_weights(*out.model, (dir / (best ? "best.safetensors" : "model.safetensors")).string(),
-                 device);
+    // The latest weights as --resume reads them: the checkpoint the manifest names, every file's
+    // size and checksum verified (model.safetensors at the top is a link to the same bytes).
+    std::string weights = (dir / (best ? "best.safetensors" : "model.safetensors")).string();
+    if (!best && has_checkpoint(run_dir)) {
+        const CheckpointManifest m = verified_checkpoint(run_dir);
+        FG_CHECK(m.files.count("model.safetensors"), "load", "the checkpoint of step ", m.step,
+                 " in '", run_dir, "' has no model.safetensors");
+        weights = (dir / m.folder / "model.safetensors").string();
+    }
+    load_weights(*out.model, weights, device);
     out.model->train(false);
     return out;
 }
@@ -482,6 +510,10 @@ std::uint64_t metadata_number(const SafetensorsFile& state, const std::string& p
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     FG_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(), "resume",
              "'", path, "': metadata '", key, "' is '", text, "', not a whole number >= 0");
+    // Steps and generator offsets are counts of what a run did: none comes near 2^62, and one
+    // past 2^63 would turn negative where it is kept signed.
+    FG_CHECK(v < (std::uint64_t{1} << 62), "resume", "'", path, "': metadata '", key, "' is ",
+             text, ", more than any run reaches (damaged or crafted)");
     return v;
 }
 
@@ -536,8 +568,10 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
     }
     opt_->shard_state();
     step_ = saved_step_ = static_cast<std::int64_t>(step);
-    opt_->set_steps(
-        static_cast<std::int64_t>(metadata_number(state, state_path, "optimizer_steps")));
+    const std::uint64_t optimizer_steps = metadata_number(state, state_path, "optimizer_steps");
+    FG_CHECK(optimizer_steps <= step, "resume", "'", state_path, "': optimizer_steps ",
+             optimizer_steps, " is more than the step, ", step, " (damaged or crafted)");
+    opt_->set_steps(static_cast<std::int64_t>(optimizer_steps));
     data_gen_.set_state(metadata_number(state, state_path, "data_seed"),
                         metadata_number(state, state_path, "data_offset"));
     default_generator().set_state(metadata_number(state, state_path, "dropout_seed"),
