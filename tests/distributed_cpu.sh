@@ -17,7 +17,11 @@
 #  10. bf16 training exchanges bf16 sums, with and without ZeRO-1: one process's losses within
 #      bf16's own distance from fp32;
 #  11. a non-finite loss or gradient norm stops both ranks with the same message; ranks started with
-#      different configs stop at once, the differing one naming the keys.
+#      different configs stop at once, the differing one naming the keys;
+#  12. kill -9 of the --ranks launcher stops its ranks (rank 0 saving);
+#  13. at the rendezvous, a silent connection, garbage and another job's rank (job token) are
+#      dropped and reported, and the real rank still joins;
+#  14. SIGTERM ends rank 0's wait at the rendezvous within a second.
 set -euo pipefail
 source "$(dirname "$0")/kill_rank.sh"  # kill_rank_1
 bin=$1
@@ -224,6 +228,70 @@ grep -q "rank 1's config differs from rank 0's: model.n_embd (32 -> 64)" "$work/
     { cat "$work/mixed1.log"; exit 1; }
 grep -q "1 rank(s) run another config than rank 0" "$work/mixed0.log" || { cat "$work/mixed0.log"; exit 1; }
 
+# 12. kill -9 of the --ranks launcher: its ranks stop too (SIGTERM from PR_SET_PDEATHSIG; rank 0
+# saves), instead of training on as orphans that race a later resume.
+"$bin" train configs/addition.yaml "${long[@]}" --ranks 2 --set train.out_dir="$work/orphans" \
+    > "$work/orphans.log" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do
+    [ -s "$work/orphans/metrics.jsonl" ] && break
+    sleep 0.1
+done
+kill -KILL $launcher
+wait $launcher 2>/dev/null || true
+for _ in $(seq 200); do
+    pgrep -f "train.out_dir=$work/orphans" > /dev/null || break
+    sleep 0.1
+done
+! pgrep -f "train.out_dir=$work/orphans" > /dev/null ||
+    { echo "the ranks of a killed launcher still run after 20 s"; pkill -KILL -f "train.out_dir=$work/orphans"; exit 1; }
+[ -f "$work/orphans/checkpoint.json" ] || { echo "no checkpoint after the launcher was killed"; exit 1; }
+
+# 13. The rendezvous: a stray connection that sends nothing, a client sending garbage, and a
+# rank of another job (another FUSEGRAD_JOB_TOKEN) are dropped and reported by rank 0, which goes
+# on waiting; the real rank 1 then joins and the run trains. The other job's rank is told that
+# what answered is not its rank 0.
+port=$((port + 1))
+FUSEGRAD_JOB_TOKEN=job-a WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml \
+    "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/rdv" > "$work/rdv0.log" 2>&1 &
+rank0=$!
+for _ in $(seq 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
+    sleep 0.1
+done
+exec 4<>/dev/tcp/127.0.0.1/$port   # connects and stays silent
+printf 'GET / HTTP/1.0\r\n\r\n' > /dev/tcp/127.0.0.1/$port || true  # short, then closed
+printf '%0100d' 0 > /dev/tcp/127.0.0.1/$port || true  # a hello's length of garbage
+out=$(FUSEGRAD_JOB_TOKEN=job-b WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train \
+      configs/addition.yaml "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/rdv" 2>&1) &&
+    { echo "a rank of another job joined"; exit 1; }
+grep -q "is not a fusegrad rank 0 of this job" <<< "$out" || { echo "$out"; exit 1; }
+FUSEGRAD_JOB_TOKEN=job-a WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml \
+    "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/rdv" > "$work/rdv1.log" 2>&1 ||
+    { cat "$work/rdv1.log"; exit 1; }
+wait $rank0 || { cat "$work/rdv0.log"; exit 1; }
+exec 4>&-
+for why in "no whole hello" "not a fusegrad rank's hello" "another job token"; do
+    grep -q "rank 0 dropped a connection from 127.0.0.1:[0-9]* to 127.0.0.1:$port: .*$why" \
+        "$work/rdv0.log" || { cat "$work/rdv0.log"; echo "no drop for: $why"; exit 1; }
+done
+
+# 14. SIGTERM while rank 0 waits at the rendezvous: it stops within a second, saying so.
+port=$((port + 1))
+WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml "${sets[@]}" \
+    --set train.out_dir="$work/waiting" > "$work/waiting.log" 2>&1 &
+rank0=$!
+for _ in $(seq 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
+    sleep 0.1
+done
+kill -TERM $rank0
+start=$SECONDS
+wait $rank0 && { echo "rank 0 went on after SIGTERM"; exit 1; }
+[ $((SECONDS - start)) -le 2 ] || { echo "SIGTERM at the rendezvous took $((SECONDS - start)) s"; exit 1; }
+grep -q "stopped (SIGTERM or Ctrl-C) while waiting for the other ranks" "$work/waiting.log" ||
+    { cat "$work/waiting.log"; exit 1; }
+
 # A launch inside a launch is refused.
 out=$(WORLD_SIZE=2 "$bin" train configs/addition.yaml --ranks 2 2>&1) && exit 1
 grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<< "$out" ||
@@ -233,4 +301,5 @@ echo "two CPU ranks: the same losses as one process, identical weights, rank 0 a
      "a killed rank stops the other in $stopped_in s; --ranks 2 the same; SIGTERM stops both;" \
      "a one-process checkpoint resumes on two ranks; ZeRO-1 and overlapped buckets the same;" \
      "a ZeRO-1 checkpoint resumes on one process and on two ranks; bf16 sums within bf16 noise;" \
-     "a NaN stops both ranks; different configs are refused by name"
+     "a NaN stops both ranks; different configs are refused by name; a killed launcher's" \
+     "ranks stop; strays and other jobs' ranks are dropped at the rendezvous; SIGTERM ends a wait"

@@ -85,6 +85,23 @@ TEST_CASE("the distributed environment as torchrun and Slurm set it", "[distribu
     // Without LOCAL_RANK the rank is the GPU (one host).
     CHECK(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "1"}})).local_rank == 1);
 
+    // The job token: FUSEGRAD_JOB_TOKEN, else the launcher's job id, else none.
+    CHECK(t.job_token.empty());
+    CHECK(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "1"},
+                                  {"FUSEGRAD_JOB_TOKEN", "abc"}, {"SLURM_JOB_ID", "7"}}))
+              .job_token == "abc");
+    CHECK(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "1"},
+                                  {"TORCHELASTIC_RUN_ID", "r9"}}))
+              .job_token == "torchrun:r9");
+    CHECK(s.job_token.empty());
+    CHECK(distributed_env(env_of({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "0"},
+                                  {"SLURM_JOB_ID", "4711"}}))
+              .job_token == "slurm:4711");
+    const std::string long_token(65, 'x');
+    CHECK_THROWS_WITH(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "1"},
+                                              {"FUSEGRAD_JOB_TOKEN", long_token.c_str()}})),
+                      Contains("FUSEGRAD_JOB_TOKEN (or the job id) has 65 characters; at most 64"));
+
     CHECK_THROWS_WITH(distributed_env(env_of({{"WORLD_SIZE", "2"}})),
                       Contains("[distributed] RANK is not set"));
     CHECK_THROWS_WITH(distributed_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "2"}})),
@@ -132,7 +149,7 @@ TEST_CASE("ranks meet over TCP: broadcast and barrier", "[distributed]") {
 TEST_CASE("a rank that never comes is an error naming it, not a hang", "[distributed]") {
     const int port = free_port();
     CHECK_THROWS_WITH(TcpGroup(rank_env(0, 3, port), 0.3),
-                      Contains("rank 0 waited 0.3 s on port " + std::to_string(port) +
+                      Contains("rank 0 waited 0.3 s on 127.0.0.1:" + std::to_string(port) +
                                " for ranks 1, 2 of 3"));
     CHECK_THROWS_WITH(TcpGroup(rank_env(1, 2, free_port()), 0.3),
                       Contains("rank 1 could not reach rank 0 at 127.0.0.1:"));

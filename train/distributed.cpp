@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -73,7 +74,15 @@ struct Hello {
     std::uint32_t magic;
     std::int32_t rank;
     std::int32_t world_size;
+    char token[kJobTokenMax];  // the job token, zero-padded
 };
+
+bool (*g_wait_interrupt)() = nullptr;
+
+// Thrown out of a wait when g_wait_interrupt says so.
+[[noreturn]] void interrupted_wait() {
+    fail("distributed", "stopped (SIGTERM or Ctrl-C) while waiting for the other ranks");
+}
 
 // A message length read from another rank: far more than fusegrad ever sends means the ranks
 // are out of step (one is in another exchange than this one), not a request to allocate it.
@@ -86,16 +95,49 @@ double seconds_left(Clock::time_point deadline) {
     return std::chrono::duration<double>(deadline - Clock::now()).count();
 }
 
-// Waits until `fd` is readable (or writable), at most until `deadline`; false on timeout.
+// Waits until `fd` is readable (or writable), at most until `deadline`; false on timeout. A stop
+// request (set_wait_interrupt) ends the wait within 200 ms with an error.
 bool wait_for(int fd, short events, Clock::time_point deadline) {
     for (;;) {
+        if (g_wait_interrupt && g_wait_interrupt()) interrupted_wait();
         const double left = seconds_left(deadline);
         if (left <= 0) return false;
         pollfd p{fd, events, 0};
-        const int r = ::poll(&p, 1, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
+        const int r = ::poll(&p, 1, static_cast<int>(std::min(left * 1000.0, 200.0)) + 1);
         if (r > 0) return true;
         if (r < 0 && errno != EINTR) return true;  // let the next call report the error
     }
+}
+
+// Reads exactly n bytes before `deadline`; false on a timeout, an error or a closed connection
+// (the rendezvous drops such a connection instead of failing).
+bool try_recv(int fd, void* data, std::size_t n, Clock::time_point deadline) {
+    char* p = static_cast<char*>(data);
+    while (n > 0) {
+        if (!wait_for(fd, POLLIN, deadline)) return false;
+        const ssize_t got = ::recv(fd, p, n, MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (got <= 0) return false;
+        p += got;
+        n -= static_cast<std::size_t>(got);
+    }
+    return true;
+}
+
+// "1.2.3.4:5678" of a connected socket's peer.
+std::string peer_name(int fd) {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "an unknown peer";
+    char ip[INET_ADDRSTRLEN] = "?";
+    ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+    return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+// The job token as a hello carries it.
+void fill_token(char (&out)[kJobTokenMax], const std::string& token) {
+    std::memset(out, 0, sizeof out);
+    std::memcpy(out, token.data(), std::min(token.size(), sizeof out));
 }
 
 }  // namespace
@@ -114,8 +156,18 @@ DistributedEnv distributed_env(const std::function<const char*(const char*)>& lo
     const char* addr = lookup("MASTER_ADDR");
     if (addr != nullptr && *addr != '\0') env.master_addr = addr;
     env.master_port = number(lookup, {"MASTER_PORT"}, 1, 65535, env.master_port, false);
+    const char* token = lookup("FUSEGRAD_JOB_TOKEN");
+    const char* torchrun = lookup("TORCHELASTIC_RUN_ID");
+    const char* slurm = lookup("SLURM_JOB_ID");
+    if (token != nullptr && *token != '\0') env.job_token = token;
+    else if (torchrun != nullptr && *torchrun != '\0') env.job_token = std::string("torchrun:") + torchrun;
+    else if (slurm != nullptr && *slurm != '\0') env.job_token = std::string("slurm:") + slurm;
+    FG_CHECK(env.job_token.size() <= kJobTokenMax, "distributed", "FUSEGRAD_JOB_TOKEN (or the job "
+             "id) has ", env.job_token.size(), " characters; at most ", kJobTokenMax, " are used");
     return env;
 }
+
+void set_wait_interrupt(bool (*interrupted)()) { g_wait_interrupt = interrupted; }
 
 TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), timeout_s_(timeout_s) {
     if (!env.distributed()) return;
@@ -128,42 +180,91 @@ TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), tim
         FG_CHECK(listen_fd_ >= 0, "distributed", "rank 0: socket() failed: ", last_error());
         const int one = 1;
         ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        // MASTER_ADDR's address only (127.0.0.1 for --ranks): the other ranks connect there, and
+        // nothing on another interface can reach the rendezvous.
+        addrinfo want{};
+        want.ai_family = AF_INET;
+        want.ai_socktype = SOCK_STREAM;
+        addrinfo* own = nullptr;
+        const int gai = ::getaddrinfo(env.master_addr.c_str(), nullptr, &want, &own);
+        FG_CHECK(gai == 0 && own != nullptr, "distributed", "MASTER_ADDR '", env.master_addr,
+                 "' does not resolve: ", ::gai_strerror(gai));
+        sockaddr_in a = *reinterpret_cast<const sockaddr_in*>(own->ai_addr);
+        ::freeaddrinfo(own);
         a.sin_port = htons(static_cast<std::uint16_t>(env.master_port));
         FG_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0,
-                 "distributed", "rank 0 cannot listen on port ", env.master_port, " (",
-                 last_error(), "): another run on it? set MASTER_PORT to a free port");
+                 "distributed", "rank 0 cannot listen on ", where, " (", last_error(),
+                 "): another run on that port, or MASTER_ADDR not an address of this host? set "
+                 "MASTER_PORT to a free port");
         FG_CHECK(::listen(listen_fd_, env.world_size) == 0, "distributed", "rank 0: listen() on ",
                  "port ", env.master_port, " failed: ", last_error());
         peers_.assign(static_cast<std::size_t>(env.world_size - 1), -1);
+        char token[kJobTokenMax];
+        fill_token(token, env.job_token);
+        auto missing = [&] {
+            std::string m;
+            for (int r = 1; r < env.world_size; ++r)
+                if (peers_[static_cast<std::size_t>(r - 1)] < 0)
+                    m += (m.empty() ? "" : ", ") + std::to_string(r);
+            return m;
+        };
+        // A connection that is not a rank of this job is dropped and reported, never fatal.
+        auto drop = [&](int fd, const std::string& why) {
+            std::fprintf(stderr, "fusegrad: rank 0 dropped a connection from %s to %s: %s\n",
+                         peer_name(fd).c_str(), where.c_str(), why.c_str());
+            ::close(fd);
+        };
         int arrived = 0;
+        Clock::time_point next_report = Clock::now() + std::chrono::seconds(10);
         while (arrived < env.world_size - 1) {
-            if (!wait_for(listen_fd_, POLLIN, deadline)) {
-                std::string missing;
-                for (int r = 1; r < env.world_size; ++r)
-                    if (peers_[static_cast<std::size_t>(r - 1)] < 0)
-                        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-                fail("distributed", "rank 0 waited ", timeout_s, " s on port ", env.master_port,
-                     " for ranks ", missing, " of ", env.world_size,
+            const Clock::time_point step =
+                std::min(deadline, std::max(Clock::now(), next_report));
+            if (!wait_for(listen_fd_, POLLIN, step)) {
+                if (Clock::now() < deadline) {
+                    std::fprintf(stderr, "fusegrad: rank 0 waits on %s for ranks %s of %d (%.0f s "
+                                 "left)\n", where.c_str(), missing().c_str(), env.world_size,
+                                 seconds_left(deadline));
+                    next_report = Clock::now() + std::chrono::seconds(10);
+                    continue;
+                }
+                fail("distributed", "rank 0 waited ", timeout_s, " s on ", where, " for ranks ",
+                     missing(), " of ", env.world_size,
                      ", which did not connect: did they start, with MASTER_ADDR and MASTER_PORT "
                      "pointing here?");
             }
             const int fd = ::accept(listen_fd_, nullptr, nullptr);
             if (fd < 0) continue;
             Hello hello{};
-            recv_all(fd, &hello, sizeof hello, "a rank's hello");
-            if (hello.magic != kMagic) {
-                ::close(fd);  // not a fusegrad rank: ignore it
+            // A few seconds for the hello: a silent client must not hold the rendezvous up.
+            const Clock::time_point hello_by =
+                std::min(deadline, Clock::now() + std::chrono::seconds(5));
+            if (!try_recv(fd, &hello, sizeof hello, hello_by)) {
+                drop(fd, "no whole hello: closed, or silent for 5 s (not a fusegrad rank)");
                 continue;
             }
-            FG_CHECK(hello.world_size == env.world_size, "distributed", "rank ", hello.rank,
-                     " says WORLD_SIZE is ", hello.world_size, ", rank 0 has ", env.world_size);
-            FG_CHECK(hello.rank >= 1 && hello.rank < env.world_size &&
-                         peers_[static_cast<std::size_t>(hello.rank - 1)] < 0,
-                     "distributed", "two ranks, or a rank out of range, say they are rank ",
-                     hello.rank);
+            if (hello.magic != kMagic) {
+                drop(fd, "not a fusegrad rank's hello");
+                continue;
+            }
+            if (std::memcmp(hello.token, token, sizeof token) != 0) {
+                drop(fd, "a hello with another job token (FUSEGRAD_JOB_TOKEN): not a rank of "
+                         "this job");
+                continue;
+            }
+            if (hello.world_size != env.world_size || hello.rank < 1 ||
+                hello.rank >= env.world_size ||
+                peers_[static_cast<std::size_t>(hello.rank - 1)] >= 0) {
+                drop(fd, "it says it is rank " + std::to_string(hello.rank) + " of " +
+                             std::to_string(hello.world_size) + ", which this job (" +
+                             std::to_string(env.world_size) + " ranks, waiting for " +
+                             missing() + ") has no place for");
+                continue;
+            }
+            // At once, so a rank can tell a fusegrad rank 0 from whatever else answers the port.
+            if (::send(fd, &kMagic, sizeof kMagic, MSG_NOSIGNAL) != sizeof kMagic) {
+                drop(fd, "it closed the connection after its hello");
+                continue;
+            }
             peers_[static_cast<std::size_t>(hello.rank - 1)] = fd;
             ++arrived;
         }
@@ -187,6 +288,10 @@ TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), tim
         why = last_error();
         if (fd >= 0) ::close(fd);
         fd = -1;
+        if (g_wait_interrupt && g_wait_interrupt()) {
+            ::freeaddrinfo(found);
+            interrupted_wait();
+        }
         if (seconds_left(deadline) <= 0) {
             ::freeaddrinfo(found);
             fail("distributed", "rank ", env.rank, " could not reach rank 0 at ", where, " in ",
@@ -198,8 +303,16 @@ TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), tim
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     peers_.push_back(fd);
-    const Hello hello{kMagic, env.rank, env.world_size};
+    Hello hello{kMagic, env.rank, env.world_size, {}};
+    fill_token(hello.token, env.job_token);
     send_all(fd, &hello, sizeof hello, "the hello");
+    // Rank 0 answers the hello at once; then, once every rank has come, welcomes them all.
+    std::uint32_t ack = 0;
+    FG_CHECK(try_recv(fd, &ack, sizeof ack, std::min(deadline, Clock::now() + std::chrono::seconds(5))) &&
+                 ack == kMagic,
+             "distributed", "rank ", env.rank, ": what answered at ", where,
+             " is not a fusegrad rank 0 of this job (no answer to the hello within 5 s; a job "
+             "token that differs, FUSEGRAD_JOB_TOKEN, is dropped the same way)");
     std::uint32_t welcome = 0;
     recv_all(fd, &welcome, sizeof welcome, "rank 0's welcome");
     FG_CHECK(welcome == kMagic, "distributed", "rank ", env.rank, ": what answered at ", where,

@@ -38,8 +38,21 @@ struct DistributedEnv {
     int local_rank = 0;  // the GPU of this process on its host
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;
+    // What a rank proves it belongs to this job with, in its hello: FUSEGRAD_JOB_TOKEN (which
+    // `fusegrad train --ranks` sets to a random value), else one derived from the launcher's job
+    // id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID), else empty: then any process that reaches
+    // MASTER_ADDR:MASTER_PORT first may take a rank's place, as with torchrun's own defaults.
+    std::string job_token;
     bool distributed() const { return world_size > 1; }
 };
+
+// The longest job token a hello carries (longer FUSEGRAD_JOB_TOKEN values are an error).
+constexpr std::size_t kJobTokenMax = 64;
+
+// Called by every wait of the rendezvous and of TcpGroup's exchanges (at least every 200 ms):
+// true makes the wait stop with an error saying what it was waiting for. The trainer points it
+// at its stop request (SIGTERM, Ctrl-C). Default: never.
+void set_wait_interrupt(bool (*interrupted)());
 
 // Reads the environment through `lookup` (std::getenv by default; a test passes its own). No
 // variable set: one process. An error names the variable and its value when one is missing,
@@ -49,9 +62,13 @@ DistributedEnv distributed_env(
         return static_cast<const char*>(std::getenv(name));
     });
 
-// The ranks' TCP rendezvous: rank 0 listens on master_port, every other rank connects (retrying
-// until `timeout_s`), and the connections stay open for broadcast and barrier. Every call blocks
-// until all ranks made it, or throws after timeout_s naming the ranks that did not come.
+// The ranks' TCP rendezvous: rank 0 listens on master_addr:master_port (that address only, not
+// every interface), every other rank connects (retrying until `timeout_s`) and sends a hello
+// with its rank, the world size and the job token; the connections stay open for broadcast and
+// barrier. A connection that does not send a hello of this job within a few seconds (a port
+// scan, a stray client, another job's rank) is dropped and reported on stderr, not fatal. Every
+// call blocks until all ranks made it, or throws after timeout_s naming the ranks that did not
+// come; rank 0 says every 10 s which ranks it still waits for and how long is left.
 class TcpGroup {
 public:
     TcpGroup(const DistributedEnv& env, double timeout_s);

@@ -7,10 +7,12 @@
 #include <iostream>
 #include <cstdlib>
 #include <exception>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -99,11 +101,24 @@ volatile std::sig_atomic_t g_launcher_signal = 0;
 // gradients; this also ends one that hangs): SIGTERM, then SIGKILL 10 s later.
 int launch_ranks(long ranks, const std::vector<std::string>& args) {
     const int port = free_port();
+    // The job token the ranks prove they belong to this job with (train/distributed.h): random,
+    // unless the caller set one.
+    std::random_device entropy;  // /dev/urandom
+    char token[33];
+    std::snprintf(token, sizeof token, "%08x%08x%08x%08x", entropy(), entropy(), entropy(),
+                  entropy());
+    const pid_t launcher = ::getpid();
     std::vector<pid_t> children;
     for (long r = 0; r < ranks; ++r) {
         const pid_t pid = ::fork();
         FG_CHECK(pid >= 0, "cli", "--ranks: could not start rank ", r);
         if (pid == 0) {
+            // The launcher's death (even kill -9) sends this rank SIGTERM: it stops as Ctrl-C
+            // would stop it, instead of training on as an orphan. If the launcher died before
+            // this line, nobody would send it: check.
+            ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (::getppid() != launcher) ::_exit(143);
+            ::setenv("FUSEGRAD_JOB_TOKEN", token, 0);
             ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
             ::setenv("RANK", std::to_string(r).c_str(), 1);
             ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);

@@ -323,8 +323,17 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
         FG_CHECK(c.train.batch_size % dist_.world_size == 0, "train", "train.batch_size (",
                  c.train.batch_size, ") must be a multiple of WORLD_SIZE (", dist_.world_size,
                  "): each rank takes an equal share of every batch");
-        group_ = std::make_unique<TcpGroup>(dist_, kRanksTimeoutSeconds);
-        check_same_config(*group_, c);
+        // SIGTERM or Ctrl-C ends the ranks' meeting at once (later, a stop request is agreed on
+        // between steps and saved, so it must not cut an exchange short).
+        set_wait_interrupt([] { return Trainer::stop_requested(); });
+        try {
+            group_ = std::make_unique<TcpGroup>(dist_, kRanksTimeoutSeconds);
+            check_same_config(*group_, c);
+        } catch (...) {
+            set_wait_interrupt(nullptr);
+            throw;
+        }
+        set_wait_interrupt(nullptr);
         if (device_ == Device::cuda) {
             // Rank 0 makes NCCL's id, the TCP group hands it to the others, and every rank
             // joins the communicator.
