@@ -164,4 +164,16 @@ TEST_CASE("generation draws only ids of the data's vocabulary, and plot text is 
     CHECK_THAT(text, Contains("&lt;title&gt; &amp; more") &&
                          Contains("a&lt;b &amp; &quot;c&quot;: train loss"));
     CHECK_FALSE(fs::exists("/tmp/fg_plot_escape/p.svg.tmp"));
+    // Lines no training step writes (a step of 1e308 or below 0, an infinite loss) are skipped,
+    // so the axes stay finite: no nan or inf coordinate in the picture.
+    std::ofstream("/tmp/fg_plot_escape/odd.jsonl")
+        << "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 1e308, \"loss\": 1.0}\n"
+        << "{\"step\": -5, \"loss\": 1.0}\n{\"step\": 2, \"loss\": 1e999}\n"
+        << "{\"step\": 3, \"val_loss\": 1.5}\n";
+    write_loss_curves({{"odd", "/tmp/fg_plot_escape/odd.jsonl"}}, "/tmp/fg_plot_escape/odd.svg",
+                      "odd");
+    std::ifstream odd("/tmp/fg_plot_escape/odd.svg");
+    const std::string odd_text((std::istreambuf_iterator<char>(odd)), {});
+    CHECK(odd_text.find("nan") == std::string::npos);
+    CHECK(odd_text.find("inf") == std::string::npos);
 }

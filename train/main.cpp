@@ -1,6 +1,7 @@
 // train/main.cpp: the `fusegrad` command. The only place that catches exceptions: it prints
 // "error: ..." and exits non-zero. Subcommands: train, sample, eval, plot, demo, info, norm-plan.
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <new>
 #include <cstdio>
@@ -337,6 +338,9 @@ int run(const std::vector<std::string>& args) {
             }
             FG_CHECK(i + 1 < args.size(), "cli", flag, " needs a value");
             const std::string& value = args[++i];
+            // eval reads no prompt and samples nothing: sample's options are mistakes there.
+            FG_CHECK(command == "sample" || flag == "--device", "cli", "unknown option '", flag,
+                     "' for eval (eval takes --best and --device; ", flag, " is sample's)");
             if (flag == "--prompt") {
                 prompt = value;
                 prompt_given = true;
@@ -393,7 +397,7 @@ int run(const std::vector<std::string>& args) {
                 char* end = nullptr;
                 const std::string& value = args[++i];
                 y_max = std::strtod(value.c_str(), &end);
-                FG_CHECK(end && *end == '\0' && y_max > 0, "cli", "--y-max needs a number > 0, got '", value, "'");
+                FG_CHECK(end && *end == '\0' && y_max > 0 && std::isfinite(y_max), "cli", "--y-max needs a number > 0, got '", value, "'");
                 continue;
             }
             const std::size_t eq = args[i].find('=');

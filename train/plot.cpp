@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -48,6 +49,9 @@ std::string number(double v) {
 }
 
 Series read_metrics(const LossCurveSource& source) {
+    std::error_code ec;
+    FG_CHECK(!std::filesystem::is_directory(source.metrics_jsonl, ec), "plot", "'",
+             source.metrics_jsonl, "' is a directory, not a metrics file (give its metrics.jsonl)");
     std::ifstream in(source.metrics_jsonl);
     FG_CHECK(in.good(), "plot", "cannot read '", source.metrics_jsonl, "'");
     Series s{source.label, {}, {}};
@@ -58,10 +62,18 @@ Series read_metrics(const LossCurveSource& source) {
         // Numbers only: the trainer writes a non-finite value as null.
         const auto number = [&j](const char* key) { return j.contains(key) && j[key].is_number(); };
         if (j.is_discarded() || !number("step")) continue;
-        double step = j["step"].get<double>();
-        if (number("loss")) s.train.push_back({step, j["loss"].get<double>()});
-        if (number("val_loss")) s.val.push_back({step, j["val_loss"].get<double>()});
+        const double step = j["step"].get<double>();
+        // A step past 1e15 or below 0 is no training step (and would put the axis at infinity).
+        if (!(step >= 0 && step <= 1e15)) continue;
+        auto finite = [&](const char* key) {
+            return number(key) && std::isfinite(j[key].get<double>());
+        };
+        if (finite("loss")) s.train.push_back({step, j["loss"].get<double>()});
+        if (finite("val_loss")) s.val.push_back({step, j["val_loss"].get<double>()});
     }
+    FG_CHECK(!s.train.empty() || !s.val.empty(), "plot", "'", source.metrics_jsonl,
+             "' holds no line with a step and a finite loss: nothing to plot (is it a fusegrad "
+             "metrics.jsonl?)");
     return s;
 }
 

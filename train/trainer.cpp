@@ -472,7 +472,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
     t->load_checkpoint(run_dir);
     t->write_run_files();  // the resumed config (a longer schedule, say) is now the run's
     t->trim_metrics();
-    log << "resumed at step " << t->step_ << "\n";
+    t->log_ << "resumed at step " << t->step_ << "\n";  // rank 0 alone says it
     return t;
 }
 
