@@ -1031,13 +1031,19 @@ Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double te
     const std::int64_t row_size = model.config().vocab_size;  // logits per position
     const std::int64_t vocab =
         drawn_vocab > 0 ? std::min(drawn_vocab, row_size) : row_size;  // the ids drawn
-    std::vector<std::int32_t> seq = prompts.to_vector<std::int32_t>();
-    std::int64_t len = prompts.size(1);
-    for (std::int64_t s = 0; s < steps; ++s) {
+    // Every row's whole sequence, prompt then new tokens, in a buffer of its final length: each
+    // new token is written in place (no copy of the sequence a token).
+    const std::int64_t first = prompts.size(1), total = first + steps;
+    const std::vector<std::int32_t> prompt_ids = prompts.to_vector<std::int32_t>();
+    std::vector<std::int32_t> seq(static_cast<std::size_t>(n * total));
+    for (std::int64_t i = 0; i < n; ++i)
+        std::copy(prompt_ids.begin() + i * first, prompt_ids.begin() + (i + 1) * first,
+                  seq.begin() + i * total);
+    for (std::int64_t len = first; len < total; ++len) {
         std::int64_t ctx = std::min(len, block);
         std::vector<std::int32_t> window(n * ctx);
         for (std::int64_t i = 0; i < n; ++i)
-            std::copy(seq.begin() + i * len + (len - ctx), seq.begin() + (i + 1) * len,
+            std::copy(seq.begin() + i * total + (len - ctx), seq.begin() + i * total + len,
                       window.begin() + i * ctx);
         Tensor logits = model.forward(Tensor::from_vector(window, {n, ctx}, prompts.device()));
         std::vector<float> all = logits.to_vector<float>();
@@ -1061,16 +1067,10 @@ Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double te
             while (k + 1 < cand.size() && u >= w[k]) u -= w[k++];
             next[i] = cand[k].second;
         }
-        std::vector<std::int32_t> grown(n * (len + 1));
-        for (std::int64_t i = 0; i < n; ++i) {
-            std::copy(seq.begin() + i * len, seq.begin() + (i + 1) * len, grown.begin() + i * (len + 1));
-            grown[i * (len + 1) + len] = next[i];
-        }
-        seq.swap(grown);
-        ++len;
+        for (std::int64_t i = 0; i < n; ++i) seq[i * total + len] = next[i];
     }
     model.train(was_training);
-    return Tensor::from_vector(seq, {n, len}, prompts.device());
+    return Tensor::from_vector(seq, {n, total}, prompts.device());
 }
 
 }  // namespace fg
