@@ -430,14 +430,26 @@ int run(const std::vector<std::string>& args) {
 
 }  // namespace
 
+// On a terminal the progress bar may be the line the cursor is on: erase it first, so that an
+// error is a line of its own, not the bar's tail.
+static void end_progress_line() {
+    std::cout.flush();
+    if (isatty(STDOUT_FILENO) == 1) {
+        std::fputs("\r\x1b[K", stdout);
+        std::fflush(stdout);
+    }
+}
+
 int main(int argc, char** argv) {
     try {
         return run(std::vector<std::string>(argv + 1, argv + argc));
     } catch (const std::bad_alloc&) {
+        end_progress_line();
         std::fprintf(stderr, "error: out of host memory (std::bad_alloc): reduce "
                              "train.batch_size, model.block_size or the model's size\n");
         return 1;
     } catch (const std::exception& e) {
+        end_progress_line();
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
