@@ -107,7 +107,12 @@ grep -q "weights are identical" "$work/term.log" || { cat "$work/term.log"; exit
 cp -r "$work/one" "$work/one_copy"
 "$bin" train --resume "$work/one" --set train.steps=40 > "$work/resume1.log" 2>&1 ||
     { cat "$work/resume1.log"; exit 1; }
-"$bin" train --resume "$work/one_copy" --set train.steps=40 --ranks 2 > "$work/resume2.log" 2>&1 ||
+out=$("$bin" train --resume "$work/one_copy" --set train.steps=40 --ranks 2 2>&1) &&
+    { echo "a checkpoint of one process resumed on two ranks without train.ranks_may_change"; exit 1; }
+grep -q "was saved by 1 rank(s); this resume runs on 2" <<< "$out" || { echo "$out"; exit 1; }
+"$bin" train --resume "$work/one_copy" --set train.steps=40 --set train.ranks_may_change=true \
+    --ranks 2 > "$work/resume2.log" 2>&1 || { cat "$work/resume2.log"; exit 1; }
+grep -q "note: resuming a checkpoint of 1 rank(s) on 2 (train.ranks_may_change)" "$work/resume2.log" ||
     { cat "$work/resume2.log"; exit 1; }
 paste <(grep '"ms"' "$work/one/metrics.jsonl" | tail -10) \
       <(grep '"ms"' "$work/one_copy/metrics.jsonl" | tail -10) |
@@ -167,7 +172,8 @@ awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a > 0 && b > 0.49 * a && b < 0.51 * a)
 cp -r "$work/zero1" "$work/zero1_copy"
 "$bin" train --resume "$work/one_accum" --set train.steps=40 > "$work/resume_one.log" 2>&1 ||
     { cat "$work/resume_one.log"; exit 1; }
-"$bin" train --resume "$work/zero1" --set train.steps=40 > "$work/resume_zero_one.log" 2>&1 ||
+"$bin" train --resume "$work/zero1" --set train.steps=40 --set train.ranks_may_change=true \
+    > "$work/resume_zero_one.log" 2>&1 ||
     { cat "$work/resume_zero_one.log"; exit 1; }
 "$bin" train --resume "$work/zero1_copy" --set train.steps=40 --ranks 2 \
     > "$work/resume_zero_two.log" 2>&1 || { cat "$work/resume_zero_two.log"; exit 1; }

@@ -58,6 +58,8 @@ struct Config {
         // Time each eager step's phases on the GPU and log their medians at the end of a run
         // (train/step_phases.h); the steps then run eagerly.
         bool phase_times = false;
+        // A resume may run on another number of ranks than the run that saved the checkpoint.
+        bool ranks_may_change = false;
     } train;
     struct Kernels {
         std::string norm_reduction = "auto";

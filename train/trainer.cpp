@@ -431,7 +431,8 @@ const std::vector<std::string>& resumable_keys() {
     static const std::vector<std::string> keys{
         "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
         "train.device", "train.precision", "train.out_dir", "train.memory_check", "train.zero",
-        "train.bucket_mb", "train.exchange_dtype", "train.phase_times", "optim.lr",
+        "train.bucket_mb", "train.exchange_dtype", "train.phase_times", "train.ranks_may_change",
+        "optim.lr",
         "optim.min_lr", "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip",
         "kernels.norm_reduction", "kernels.attention", "kernels.cuda_graph"};
     return keys;
@@ -585,6 +586,19 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
                         metadata_number(state, state_path, "data_offset"));
     default_generator().set_state(metadata_number(state, state_path, "dropout_seed"),
                                   metadata_number(state, state_path, "dropout_offset"));
+    // Another number of ranks splits the same batches otherwise (the sums round otherwise): only
+    // when the config says so. (Checkpoints of older fusegrads do not say how many wrote them.)
+    if (state.metadata.count("world_size")) {
+        const std::uint64_t saved_ranks = metadata_number(state, state_path, "world_size");
+        const auto ranks = static_cast<std::uint64_t>(dist_.world_size);
+        FG_CHECK(saved_ranks == ranks || cfg_.train.ranks_may_change, "resume", "the checkpoint in '",
+                 run_dir, "' was saved by ", saved_ranks, " rank(s); this resume runs on ", ranks,
+                 ": the same batches split otherwise round otherwise; set "
+                 "train.ranks_may_change=true to resume on ", ranks, " anyway");
+        if (saved_ranks != ranks)
+            log_ << "note: resuming a checkpoint of " << saved_ranks << " rank(s) on " << ranks
+                 << " (train.ranks_may_change): the sums round otherwise from here on\n";
+    }
     auto best = state.metadata.find("best_val");
     FG_CHECK(best != state.metadata.end(), "resume", "'", state_path, "' lacks 'best_val'");
     char* end = nullptr;
@@ -632,7 +646,8 @@ void Trainer::write_checkpoint() {
                           {"data_offset", std::to_string(data_gen_.offset())},
                           {"dropout_seed", std::to_string(default_generator().seed())},
                           {"dropout_offset", std::to_string(default_generator().offset())},
-                          {"best_val", best.str()}});
+                          {"best_val", best.str()},
+                          {"world_size", std::to_string(dist_.world_size)}});
         commit_checkpoint(dir_, step_);
         saved_step_ = step_;
     } catch (const std::exception& e) {
