@@ -626,3 +626,45 @@ TEST_CASE("a rank sees when another closed its connection", "[distributed]") {
     CHECK(lost_after == "rank 1 closed its connection (it stopped)");
 }
 
+
+TEST_CASE("a length a peer announces past what any message needs is refused, not allocated",
+          "[distributed]") {
+    // A fake rank 0: takes rank 1's hello, acknowledges and welcomes it as fusegrad's does, then
+    // announces a broadcast of 2^40 bytes.
+    const int port = free_port();
+    const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(server >= 0);
+    const int one = 1;
+    ::setsockopt(server, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    REQUIRE(::bind(server, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(server, 1) == 0);
+    std::thread fake([server] {
+        const int fd = ::accept(server, nullptr, nullptr);
+        char hello[12 + kJobTokenMax];
+        std::size_t got = 0;
+        while (got < sizeof hello) {
+            const ssize_t n = ::recv(fd, hello + got, sizeof hello - got, 0);
+            if (n <= 0) break;
+            got += static_cast<std::size_t>(n);
+        }
+        const std::uint32_t magic = 0x46475256;  // "FGRV": the ack, then the welcome
+        ::send(fd, &magic, sizeof magic, MSG_NOSIGNAL);
+        ::send(fd, &magic, sizeof magic, MSG_NOSIGNAL);
+        const std::uint64_t huge = std::uint64_t{1} << 40;
+        ::send(fd, &huge, sizeof huge, MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        ::close(fd);
+    });
+    {
+        TcpGroup rank1(rank_env(1, 2, port), 5.0);
+        CHECK_THROWS_WITH(rank1.broadcast({}),
+                          Contains("rank 0's broadcast announced 1099511627776 bytes, more than "
+                                   "the 16777216 any such message can need"));
+    }
+    fake.join();
+    ::close(server);
+}

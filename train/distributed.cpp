@@ -84,11 +84,15 @@ bool (*g_wait_interrupt)() = nullptr;
     fail("distributed", "stopped (SIGTERM or Ctrl-C) while waiting for the other ranks");
 }
 
-// A message length read from another rank: far more than fusegrad ever sends means the ranks
-// are out of step (one is in another exchange than this one), not a request to allocate it.
+// A message length read from another rank. The only messages whose length a peer announces are
+// a resolved config (kilobytes), NCCL's id (128 bytes) and a few words a rank: the sums'
+// lengths are each rank's own. More than kMaxAnnouncedBytes means the ranks are out of step (one
+// is in another exchange than this one) or the peer is not fusegrad: never a size to allocate.
+constexpr std::uint64_t kMaxAnnouncedBytes = std::uint64_t{16} << 20;
 void check_length(std::uint64_t n, const char* what) {
-    FG_CHECK(n <= (std::uint64_t{1} << 32), "distributed", what, " announced ", n,
-             " bytes: the ranks are out of step (each rank must make the same exchanges)");
+    FG_CHECK(n <= kMaxAnnouncedBytes, "distributed", what, " announced ", n,
+             " bytes, more than the ", kMaxAnnouncedBytes, " any such message can need: the ranks "
+             "are out of step (each rank must make the same exchanges)");
 }
 
 double seconds_left(Clock::time_point deadline) {
