@@ -1,6 +1,8 @@
 // tests/test_safetensors.cpp: safetensors files: a round trip of every dtype with metadata, the
 // atomic write, the GPT's state dict under nanoGPT's names, and truncated or corrupt files
 // rejected with a message that says what is wrong.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -132,4 +134,23 @@ TEST_CASE("safetensors writes and headers that cannot be right", "[checkpoint][e
         R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},)"
         R"( "e": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]}})"));
     CHECK(ok.tensors.size() == 3);
+}
+
+TEST_CASE("a crafted header cannot make a small file cost much memory", "[checkpoint][errors]") {
+    // 1 MiB of data named 1000 times over: were the overlaps read, 1000 MiB would be allocated.
+    // ctest runs each case in a process of its own, so the peak resident size is this case's.
+    std::string json = "{";
+    for (int i = 0; i < 1000; ++i)
+        json += (i ? "," : "") + std::string("\"t") + std::to_string(i) +
+                "\": {\"dtype\": \"F32\", \"shape\": [262144], \"data_offsets\": [0, 1048576]}";
+    json += "}";
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    bytes += json + std::string(1 << 20, '\0');
+    write_all("/tmp/fg_test_overlap.safetensors", bytes);
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_SELF, &before);
+    REQUIRE_THROWS_WITH(load_safetensors("/tmp/fg_test_overlap.safetensors"), Contains("overlap"));
+    ::getrusage(RUSAGE_SELF, &after);
+    CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // KiB: under 64 MiB more at peak
 }
