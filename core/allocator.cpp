@@ -235,14 +235,15 @@ GraphMemoryScope::GraphMemoryScope(int id)
     : previous_(pool(Device::cuda).set_active_graph_pool(id)) {}
 GraphMemoryScope::~GraphMemoryScope() { pool(Device::cuda).set_active_graph_pool(previous_); }
 
-std::string format_bytes(std::size_t bytes) {
+std::string format_bytes(double bytes) {
     char buf[64];
-    double b = static_cast<double>(bytes);
-    if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+    const double b = bytes;
+    if (b >= 1024.0 * 1024 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.3g TiB", b / (1024.0 * 1024 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
     else if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
     else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
     else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-    else std::snprintf(buf, sizeof buf, "%zu B", bytes);
+    else std::snprintf(buf, sizeof buf, "%.0f B", b);
     return buf;
 }
 

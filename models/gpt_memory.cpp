@@ -13,7 +13,7 @@
 namespace fg {
 
 std::string TrainingMemory::describe() const {
-    auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
+    auto bytes = [](double b) { return format_bytes(b); };
     std::string out = bytes(total()) + ": ";
     const std::vector<std::pair<const char*, double>> terms{
         {"parameters", parameters},     {"gradients", gradients},

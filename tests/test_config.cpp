@@ -74,6 +74,9 @@ TEST_CASE("cross-key and range checks", "[config][errors]") {
     REQUIRE_THAT(error_of("data:\n  kind: text\n"), Contains("data.path: data.kind is text"));
     REQUIRE_THAT(error_of("train:\n  out_dir: \"\"\n"),
                  Contains("train.out_dir: must name a directory"));
+    REQUIRE_THAT(error_of("train:\n  batch_size: 1000000000000000000\n"),
+                 Contains("train.batch_size: train.batch_size x (model.block_size + 1) =") &&
+                     Contains("tokens a micro-batch, more than 2^50"));
     REQUIRE_THAT(error_of("model:\n  dropout: 1.0\n"), Contains("model.dropout: must be in [0, 1)"));
     REQUIRE_THAT(error_of("model: [1, 2]\n"), Contains("model: expected a map of keys"));
     REQUIRE_THAT(error_of("model:\n  n_layer: [1]\n"), Contains("model.n_layer: expected an integer, got a list"));

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "test_helpers.h"
 #include "train/checkpoint.h"
@@ -430,6 +431,10 @@ TEST_CASE("a failed best save says so and keeps the last checkpoint", "[run_dir]
 
 TEST_CASE("a run too large for the device's memory is refused before anything is written",
           "[run_dir]") {
+    // Estimates past 2^64 bytes print as what they are (they wrapped to "0 B" through size_t).
+    CHECK(format_bytes(1e20) == "9.09e+07 TiB");
+    CHECK(format_bytes(512.0) == "512 B");
+    CHECK(format_bytes(static_cast<std::size_t>(3) << 30) == "3.00 GiB");
     const std::string dir = "/tmp/fg_rd_memory";
     fs::remove_all(dir);
     std::ostringstream log;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -344,6 +345,17 @@ public:
             error(none, "model.n_embd", "n_embd (" + std::to_string(c.model.n_embd) +
                                             ") must be a multiple of model.n_head (" +
                                             std::to_string(c.model.n_head) + ")");
+        // Sizes are counted in 64-bit integers: a micro-batch of more than 2^50 tokens (no
+        // machine holds one) overflows the counts of its tensors' elements and bytes.
+        const double tokens =
+            static_cast<double>(c.train.batch_size) * static_cast<double>(c.model.block_size + 1);
+        if (tokens > 1125899906842624.0) {
+            char count[32];
+            std::snprintf(count, sizeof count, "%.3g", tokens);
+            error(none, "train.batch_size",
+                  std::string("train.batch_size x (model.block_size + 1) = ") + count +
+                      " tokens a micro-batch, more than 2^50: far past any machine's memory");
+        }
         if (c.train.out_dir.empty())
             error(none, "train.out_dir", "must name a directory (the run's files go there)");
         if (c.data.kind == "text" && c.data.path.empty())

@@ -221,7 +221,7 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     const double weights_bytes = estimate_training_memory(shape, 1, 1, 0).parameters;
     const double available = static_cast<double>(available_memory(device));
     FG_CHECK(weights_bytes <= available, "load", "the model '", (dir / "config.yaml").string(),
-             "' describes needs ", format_bytes(static_cast<std::size_t>(std::min(weights_bytes, 1e18))),
+             "' describes needs ", format_bytes(weights_bytes),
              " for its weights, but ", device_name(device), " has ",
              format_bytes(static_cast<std::size_t>(available)), " available");
     Generator init(0);  // overwritten by the checkpoint
