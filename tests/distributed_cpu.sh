@@ -277,7 +277,7 @@ FUSEGRAD_JOB_TOKEN=job-a WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train conf
     { cat "$work/rdv1.log"; exit 1; }
 wait $rank0 || { cat "$work/rdv0.log"; exit 1; }
 exec 4>&-
-for why in "no whole hello" "not a fusegrad rank's hello" "another job token"; do
+for why in "no whole hello: it closed" "not a fusegrad rank's hello" "another job token"; do
     grep -q "rank 0 dropped a connection from 127.0.0.1:[0-9]* to 127.0.0.1:$port: .*$why" \
         "$work/rdv0.log" || { cat "$work/rdv0.log"; echo "no drop for: $why"; exit 1; }
 done

@@ -185,7 +185,7 @@ TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), tim
         const int one = 1;
         ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         // MASTER_ADDR's address only (127.0.0.1 for --ranks): the other ranks connect there, and
-        // nothing on another interface can reach the rendezvous.
+        // nothing on another interface can reach the rendezvous (but see below).
         addrinfo want{};
         want.ai_family = AF_INET;
         want.ai_socktype = SOCK_STREAM;
@@ -196,7 +196,28 @@ TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), tim
         sockaddr_in a = *reinterpret_cast<const sockaddr_in*>(own->ai_addr);
         ::freeaddrinfo(own);
         a.sin_port = htons(static_cast<std::uint16_t>(env.master_port));
-        FG_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0,
+        // Two cases where the other ranks reach rank 0 at an address this host cannot bind as
+        // MASTER_ADDR resolves here: a host name that resolves to loopback on its own host (Debian
+        // maps it to 127.0.1.1) but not elsewhere, and an address outside this host (NAT, a
+        // service address). Then every interface, said on stderr; the job token still applies.
+        const bool loopback = (ntohl(a.sin_addr.s_addr) >> 24) == 127;
+        const bool loopback_name = env.master_addr == "localhost" ||
+                                   env.master_addr.rfind("127.", 0) == 0;
+        auto every_interface = [&](const char* why) {
+            std::fprintf(stderr, "fusegrad: rank 0 listens on every interface, port %d: %s\n",
+                         env.master_port, why);
+            a.sin_addr.s_addr = htonl(INADDR_ANY);
+        };
+        if (loopback && !loopback_name)
+            every_interface("MASTER_ADDR names this host, which resolves to a loopback address "
+                            "here (other hosts cannot reach that)");
+        bool bound = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        if (!bound && errno == EADDRNOTAVAIL && a.sin_addr.s_addr != htonl(INADDR_ANY)) {
+            every_interface("MASTER_ADDR's address is not one of this host's (NAT or a service "
+                            "address?)");
+            bound = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        }
+        FG_CHECK(bound,
                  "distributed", "rank 0 cannot listen on ", where, " (", last_error(),
                  "): another run on that port, or MASTER_ADDR not an address of this host? set "
                  "MASTER_PORT to a free port");
@@ -218,60 +239,84 @@ TcpGroup::TcpGroup(const DistributedEnv& env, double timeout_s) : env_(env), tim
                          peer_name(fd).c_str(), where.c_str(), why.c_str());
             ::close(fd);
         };
-        int arrived = 0;
+        // Connections whose hello is still coming, read side by side (poll), so that a silent
+        // client holds up no rank behind it; each has 5 s for its hello.
+        struct Pending {
+            int fd;
+            Clock::time_point by;
+            std::size_t got;
+            Hello hello;
+        };
+        std::vector<Pending> pending;
+        // A whole hello: take the rank, or drop the connection saying why.
+        auto settle = [&](const Pending& c) {
+            const Hello& hello = c.hello;
+            if (hello.magic != kMagic) return drop(c.fd, "not a fusegrad rank's hello");
+            if (std::memcmp(hello.token, token, sizeof token) != 0)
+                return drop(c.fd, "a hello with another job token (FUSEGRAD_JOB_TOKEN): not a "
+                                  "rank of this job");
+            if (hello.world_size != env.world_size || hello.rank < 1 ||
+                hello.rank >= env.world_size || peers_[static_cast<std::size_t>(hello.rank - 1)] >= 0)
+                return drop(c.fd, "it says it is rank " + std::to_string(hello.rank) + " of " +
+                                      std::to_string(hello.world_size) + ", which this job (" +
+                                      std::to_string(env.world_size) + " ranks, waiting for " +
+                                      missing() + ") has no place for");
+            // At once, so a rank can tell a fusegrad rank 0 from whatever else answers the port.
+            if (::send(c.fd, &kMagic, sizeof kMagic, MSG_NOSIGNAL) != sizeof kMagic)
+                return drop(c.fd, "it closed the connection after its hello");
+            peers_[static_cast<std::size_t>(hello.rank - 1)] = c.fd;
+        };
+        auto arrived = [&] {
+            return std::count_if(peers_.begin(), peers_.end(), [](int fd) { return fd >= 0; });
+        };
         Clock::time_point next_report = Clock::now() + std::chrono::seconds(10);
-        while (arrived < env.world_size - 1) {
-            const Clock::time_point step =
-                std::min(deadline, std::max(Clock::now(), next_report));
-            if (!wait_for(listen_fd_, POLLIN, step)) {
-                if (Clock::now() < deadline) {
-                    std::fprintf(stderr, "fusegrad: rank 0 waits on %s for ranks %s of %d (%.0f s "
-                                 "left)\n", where.c_str(), missing().c_str(), env.world_size,
-                                 seconds_left(deadline));
-                    next_report = Clock::now() + std::chrono::seconds(10);
-                    continue;
-                }
+        while (arrived() < env.world_size - 1) {
+            if (g_wait_interrupt && g_wait_interrupt()) {
+                for (const Pending& c : pending) ::close(c.fd);
+                interrupted_wait();
+            }
+            const Clock::time_point now = Clock::now();
+            if (now >= deadline) {
+                for (const Pending& c : pending) ::close(c.fd);
                 fail("distributed", "rank 0 waited ", timeout_s, " s on ", where, " for ranks ",
                      missing(), " of ", env.world_size,
                      ", which did not connect: did they start, with MASTER_ADDR and MASTER_PORT "
                      "pointing here?");
             }
-            const int fd = ::accept(listen_fd_, nullptr, nullptr);
-            if (fd < 0) continue;
-            Hello hello{};
-            // A few seconds for the hello: a silent client must not hold the rendezvous up.
-            const Clock::time_point hello_by =
-                std::min(deadline, Clock::now() + std::chrono::seconds(5));
-            if (!try_recv(fd, &hello, sizeof hello, hello_by)) {
-                drop(fd, "no whole hello: closed, or silent for 5 s (not a fusegrad rank)");
-                continue;
+            if (now >= next_report) {
+                std::fprintf(stderr, "fusegrad: rank 0 waits on %s for ranks %s of %d (%.0f s "
+                             "left)\n", where.c_str(), missing().c_str(), env.world_size,
+                             seconds_left(deadline));
+                next_report = now + std::chrono::seconds(10);
             }
-            if (hello.magic != kMagic) {
-                drop(fd, "not a fusegrad rank's hello");
-                continue;
+            std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+            for (const Pending& c : pending) fds.push_back({c.fd, POLLIN, 0});
+            if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR)
+                fail("distributed", "rank 0: poll() failed: ", last_error());
+            std::vector<Pending> still;
+            for (std::size_t k = 0; k < pending.size(); ++k) {
+                Pending c = pending[k];
+                if (fds[k + 1].revents != 0) {
+                    const ssize_t n = ::recv(c.fd, reinterpret_cast<char*>(&c.hello) + c.got,
+                                             sizeof c.hello - c.got, MSG_DONTWAIT);
+                    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+                        drop(c.fd, "no whole hello: it closed the connection (not a fusegrad rank)");
+                        continue;
+                    }
+                    if (n > 0) c.got += static_cast<std::size_t>(n);
+                }
+                if (c.got == sizeof c.hello) settle(c);
+                else if (Clock::now() >= c.by)
+                    drop(c.fd, "no whole hello: silent for 5 s (not a fusegrad rank)");
+                else still.push_back(c);
             }
-            if (std::memcmp(hello.token, token, sizeof token) != 0) {
-                drop(fd, "a hello with another job token (FUSEGRAD_JOB_TOKEN): not a rank of "
-                         "this job");
-                continue;
+            pending.swap(still);
+            if (fds[0].revents & POLLIN) {
+                const int fd = ::accept(listen_fd_, nullptr, nullptr);
+                if (fd >= 0) pending.push_back({fd, Clock::now() + std::chrono::seconds(5), 0, {}});
             }
-            if (hello.world_size != env.world_size || hello.rank < 1 ||
-                hello.rank >= env.world_size ||
-                peers_[static_cast<std::size_t>(hello.rank - 1)] >= 0) {
-                drop(fd, "it says it is rank " + std::to_string(hello.rank) + " of " +
-                             std::to_string(hello.world_size) + ", which this job (" +
-                             std::to_string(env.world_size) + " ranks, waiting for " +
-                             missing() + ") has no place for");
-                continue;
-            }
-            // At once, so a rank can tell a fusegrad rank 0 from whatever else answers the port.
-            if (::send(fd, &kMagic, sizeof kMagic, MSG_NOSIGNAL) != sizeof kMagic) {
-                drop(fd, "it closed the connection after its hello");
-                continue;
-            }
-            peers_[static_cast<std::size_t>(hello.rank - 1)] = fd;
-            ++arrived;
         }
+        for (const Pending& c : pending) drop(c.fd, "every rank had come");
         for (int fd : peers_) send_all(fd, &kMagic, sizeof kMagic, "the welcome");
         return;
     }
