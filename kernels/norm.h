@@ -44,8 +44,8 @@ const char* norm_reduction_name(NormReduction r);
 // argument of one call; the defaults, and kAuto, leave each choice to its rule in
 // kernels/norm/plan.cpp (the rule ids are the rows of docs/norms.md's "Tuning rules").
 struct NormTuning {
-    // The persistent grid of the backward (both strategies) gets as many blocks per SM as fit
-    // at once, but at most this many threads per SM.
+    // The persistent grid of the backward gets as many blocks per SM as fit at once, but at
+    // most this many threads per SM (strategy (a): half that many, rule B5).
     int grid_threads_per_sm = 2048;
     // Strategy (a)'s G: the partial rows its blocks share under locks (1 to the blocks). kAuto:
     // rule B5 (kernels/norm/plan.cpp).

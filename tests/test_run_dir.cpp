@@ -464,11 +464,22 @@ TEST_CASE("leftovers of an interrupted save block nothing", "[run_dir]") {
         std::ofstream(dir + "/" + f) << "half written";
     fs::create_directories(dir + "/checkpoints/.partial");
     std::ofstream(dir + "/checkpoints/.partial/model.safetensors.tmp") << "half";
+    // What a kill leaves now: temporaries of new names, and a step folder (with fusegrad's
+    // marker) renamed into checkpoints/ before its manifest was written.
+    for (const char* f : {"config.yaml.Ab12Cd.tmp", "model.safetensors.q9Z8y7.tmp",
+                          "checkpoint.json.x0x0x0.tmp"})
+        std::ofstream(dir + "/" + f) << "half written";
+    fs::create_directories(dir + "/checkpoints/step_00000005");
+    std::ofstream(dir + "/checkpoints/step_00000005/.fusegrad-checkpoint") << "ours\n";
     std::ostringstream log;
     auto t = Trainer::resume(dir, {"train.steps=6"}, log);
     t->run();
     CHECK(t->step() == 6);
     CHECK_FALSE(fs::exists(dir + "/checkpoints/.partial"));
+    CHECK_FALSE(fs::exists(dir + "/checkpoints/step_00000005"));
+    for (const auto& e : fs::directory_iterator(dir))
+        CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+    CHECK(fs::is_regular_file(fs::path(dir) / verified_checkpoint(dir).folder / ".fusegrad-checkpoint"));
 }
 
 TEST_CASE("a non-finite loss stops the run before the update, keeping the last checkpoint",

@@ -30,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* kManifest = "checkpoint.json";
+const char* kCheckpointMarker = ".fusegrad-checkpoint";  // in every step folder fusegrad makes
 
 std::string reason() { return std::strerror(errno); }
 
@@ -63,6 +64,21 @@ std::string step_folder_name(const std::string& run_dir, std::int64_t step) {
     return name;
 }
 
+// The process's umask, for files made with mkstemps (which makes them 0600): read from
+// /proc/self/status where the kernel says it, else by the umask() round trip.
+mode_t process_umask() {
+    static const mode_t mask = [] {
+        std::ifstream status("/proc/self/status");
+        std::string line;
+        while (std::getline(status, line))
+            if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+        const mode_t m = ::umask(022);
+        ::umask(m);
+        return m;
+    }();
+    return mask;
+}
+
 }  // namespace
 
 bool is_step_folder_name(const std::string& name) {
@@ -85,7 +101,8 @@ void write_file_durably(const std::string& path, const std::string& bytes, const
     std::string tmp = path + ".XXXXXX.tmp";
     int fd = ::mkstemps(tmp.data(), 4);
     FG_CHECK(fd >= 0, op, "cannot create a temporary file beside '", path, "': ", reason());
-    bool ok = ::fchmod(fd, 0644) == 0 && write_all(fd, bytes) && ::fsync(fd) == 0;
+    bool ok = ::fchmod(fd, 0666 & ~process_umask()) == 0 && write_all(fd, bytes) &&
+              ::fsync(fd) == 0;
     std::string why = ok ? "" : reason();
     ok = (::close(fd) == 0) && ok;
     if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -124,9 +141,14 @@ bool written_by_a_start(const std::string& name) {
     return false;
 }
 
-// `base`.XXXXXX.tmp: a temporary file of write_file_durably's for one of fusegrad's names.
+// `base`.XXXXXX.tmp: a temporary file of write_file_durably's for one of fusegrad's names (or
+// `base`.tmp, the one fixed name older fusegrads used).
 bool our_temporary(const std::string& name) {
     const std::size_t n = name.size();
+    if (n > 4 && name.compare(n - 4, 4, ".tmp") == 0) {
+        const std::string base = name.substr(0, n - 4);
+        if (written_by_a_start(base) || base == kManifest || base == kRunMarker) return true;
+    }
     if (n < 12 || name.compare(n - 4, 4, ".tmp") != 0 || name[n - 11] != '.') return false;
     for (std::size_t i = n - 10; i < n - 4; ++i)
         if (!std::isalnum(static_cast<unsigned char>(name[i]))) return false;
@@ -236,9 +258,14 @@ bool has_checkpoint(const std::string& run_dir) {
 void commit_checkpoint(const std::string& run_dir, std::int64_t step) {
     const fs::path run(run_dir), checkpoints = run / "checkpoints";
     const std::string partial = partial_folder(run_dir);
+    // The folder says it is fusegrad's: a step folder that a crash left unnamed by any manifest
+    // is then still known as ours, and removed by a later commit.
+    write_file_durably((fs::path(partial) / kCheckpointMarker).string(),
+                       "A checkpoint folder of fusegrad's.\n");
     nlohmann::json files = nlohmann::json::object();
     for (const auto& entry : fs::directory_iterator(partial)) {
         const std::string name = entry.path().filename().string();
+        if (name == kCheckpointMarker) continue;
         if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) continue;
         files[name] = {{"bytes", fs::file_size(entry.path())},
                        {"xxh3", file_checksum(entry.path().string())}};
@@ -262,21 +289,49 @@ void commit_checkpoint(const std::string& run_dir, std::int64_t step) {
                                {"files", files}};
     // The commit: from here on the new checkpoint is the one resume reads.
     write_file_durably((run / kManifest).string(), manifest.dump(2) + "\n");
-    // The latest weights at the top of the run directory, for users and `sample`.
+    // The latest weights at the top of the run directory, for users and `sample`: a hard link
+    // under a new name of its own (made by mkstemps, then freed for link()), renamed into place;
+    // where links fail, a copy written as every file is.
     const fs::path weights = checkpoints / folder / "model.safetensors";
-    const fs::path link_tmp = run / "model.safetensors.tmp";
-    fs::remove(link_tmp, ec);
-    fs::create_hard_link(weights, link_tmp, ec);
-    if (ec) fs::copy_file(weights, link_tmp, fs::copy_options::overwrite_existing, ec);
-    if (!ec) fs::rename(link_tmp, run / "model.safetensors", ec);
-    FG_CHECK(!ec, "checkpoint", "the checkpoint of step ", step, " is saved in '",
-             (checkpoints / folder).string(), "', but '", (run / "model.safetensors").string(),
-             "' could not be updated: ", ec.message());
+    const std::string top = (run / "model.safetensors").string();
+    std::string link_tmp = top + ".XXXXXX.tmp";
+    const int fd = ::mkstemps(link_tmp.data(), 4);
+    bool linked = fd >= 0;
+    if (linked) {
+        ::close(fd);
+        ::unlink(link_tmp.c_str());
+        linked = ::link(weights.c_str(), link_tmp.c_str()) == 0 &&
+                 ::rename(link_tmp.c_str(), top.c_str()) == 0;
+        if (!linked) ::unlink(link_tmp.c_str());
+    }
+    if (!linked) {
+        try {
+            std::ifstream in(weights, std::ios::binary);
+            write_file_durably(top, std::string(std::istreambuf_iterator<char>(in), {}));
+        } catch (const std::exception& e) {
+            fail("checkpoint", "the checkpoint of step ", step, " is saved in '",
+                 (checkpoints / folder).string(), "', but '", top, "' could not be updated: ",
+                 e.what());
+        }
+    }
     sync_folder(run.string());
-    // The checkpoint this one replaced is no longer needed. Nothing else in checkpoints/ is
-    // touched: fusegrad removes only folders its own manifest named.
+    // The checkpoint this one replaced is no longer needed, nor are fusegrad's own leftovers: step
+    // folders that carry its marker (a crash between their rename and the manifest left them
+    // unnamed) and its temporary files at the top. Nothing else is touched: fusegrad removes only
+    // what it can tell it wrote.
     if (!previous.empty() && previous != folder && is_step_folder_name(previous))
         fs::remove_all(checkpoints / previous, ec);
+    for (const auto& entry : fs::directory_iterator(checkpoints, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name != folder && is_step_folder_name(name) &&
+            fs::is_regular_file(fs::symlink_status(entry.path() / kCheckpointMarker)))
+            fs::remove_all(entry.path(), ec);
+    }
+    for (const auto& entry : fs::directory_iterator(run, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (our_temporary(name) && fs::is_regular_file(fs::symlink_status(entry.path())))
+            fs::remove(entry.path(), ec);
+    }
 }
 
 CheckpointManifest verified_checkpoint(const std::string& run_dir) {

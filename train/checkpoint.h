@@ -9,7 +9,8 @@
 //   3. checkpoint.json written the same durable way (a temporary file renamed over the old one);
 //   4. model.safetensors at the top of the run directory re-pointed at the new weights (a hard
 //      link renamed into place), for users and `sample`; the folder of the checkpoint it
-//      replaced (the old manifest's) removed, and nothing else.
+//      replaced (the old manifest's) removed, and fusegrad's own leftovers (step folders that
+//      carry its marker but no manifest names, its temporary files); nothing else.
 // A crash anywhere before 3 leaves the previous manifest and its folder untouched; after 3 the new
 // checkpoint is complete. Readers verify sizes and checksums, so a truncated or flipped file is
 // refused, never loaded. Leftover temporary files and folders are ignored and cleaned up.

@@ -49,9 +49,10 @@ struct DistributedEnv {
 // The longest job token a hello carries (longer FUSEGRAD_JOB_TOKEN values are an error).
 constexpr std::size_t kJobTokenMax = 64;
 
-// Called by every wait of the rendezvous and of TcpGroup's exchanges (at least every 200 ms):
-// true makes the wait stop with an error saying what it was waiting for. The trainer points it
-// at its stop request (SIGTERM, Ctrl-C). Default: never.
+// Called by every wait of TcpGroup's (at least every 200 ms) while it is set: true makes the
+// wait stop with an error saying what it was waiting for. The trainer sets it to its stop
+// request (SIGTERM, Ctrl-C) for the rendezvous only, and clears it after: later a stop is agreed
+// on between steps. Default: none.
 void set_wait_interrupt(bool (*interrupted)());
 
 // Reads the environment through `lookup` (std::getenv by default; a test passes its own). No

@@ -30,6 +30,8 @@
 
 namespace {
 
+bool g_progress_bar = false;  // the trainer draws one (train, on a terminal)
+
 const char* kUsage =
     "usage: fusegrad <command> [options]\n"
     "\n"
@@ -319,7 +321,8 @@ int run(const std::vector<std::string>& args) {
             trainer = std::make_unique<fg::Trainer>(fg::load_config(config, overrides), std::cout);
         else
             trainer = fg::Trainer::resume(resume, overrides, std::cout);
-        trainer->set_progress_bar(isatty(STDOUT_FILENO) == 1);
+        g_progress_bar = isatty(STDOUT_FILENO) == 1;
+        trainer->set_progress_bar(g_progress_bar);
         trainer->run(max_steps);
         return fg::Trainer::stop_requested() ? 130 : 0;
     }
@@ -434,7 +437,7 @@ int run(const std::vector<std::string>& args) {
 // error is a line of its own, not the bar's tail.
 static void end_progress_line() {
     std::cout.flush();
-    if (isatty(STDOUT_FILENO) == 1) {
+    if (g_progress_bar) {
         std::fputs("\r\x1b[K", stdout);
         std::fflush(stdout);
     }

@@ -509,9 +509,10 @@ void Trainer::trim_metrics() {
 
 namespace {
 
-// A metadata number of a train_state file, with what is wrong named.
+// A metadata number of a train_state file, with what is wrong named. `count`: a count of what a
+// run did (a step, a generator offset), bounded below 2^62; seeds are not counts.
 std::uint64_t metadata_number(const SafetensorsFile& state, const std::string& path,
-                              const char* key) {
+                              const char* key, bool count = true) {
     auto it = state.metadata.find(key);
     FG_CHECK(it != state.metadata.end(), "resume", "'", path, "' lacks '", key,
              "' in its metadata (not a fusegrad train state, or damaged)");
@@ -522,7 +523,7 @@ std::uint64_t metadata_number(const SafetensorsFile& state, const std::string& p
              "'", path, "': metadata '", key, "' is '", text, "', not a whole number >= 0");
     // Steps and generator offsets are counts of what a run did: none comes near 2^62, and one
     // past 2^63 would turn negative where it is kept signed.
-    FG_CHECK(v < (std::uint64_t{1} << 62), "resume", "'", path, "': metadata '", key, "' is ",
+    FG_CHECK(!count || v < (std::uint64_t{1} << 62), "resume", "'", path, "': metadata '", key, "' is ",
              text, ", more than any run reaches (damaged or crafted)");
     return v;
 }
@@ -582,9 +583,9 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
     FG_CHECK(optimizer_steps <= step, "resume", "'", state_path, "': optimizer_steps ",
              optimizer_steps, " is more than the step, ", step, " (damaged or crafted)");
     opt_->set_steps(static_cast<std::int64_t>(optimizer_steps));
-    data_gen_.set_state(metadata_number(state, state_path, "data_seed"),
+    data_gen_.set_state(metadata_number(state, state_path, "data_seed", false),
                         metadata_number(state, state_path, "data_offset"));
-    default_generator().set_state(metadata_number(state, state_path, "dropout_seed"),
+    default_generator().set_state(metadata_number(state, state_path, "dropout_seed", false),
                                   metadata_number(state, state_path, "dropout_offset"));
     // Another number of ranks splits the same batches otherwise (the sums round otherwise): only
     // when the config says so. (Checkpoints of older fusegrads do not say how many wrote them.)

@@ -121,7 +121,9 @@ std::string explain_plan(const NormCall& c, const NormDevice& d, const NormTunin
                  " striding over the row groups",
              "");
         line(o, "partial rows",
-             locked ? std::to_string(b.partial_rows) + " shared under locks, by two blocks each"
+             locked ? std::to_string(b.partial_rows) + " shared under locks" +
+                          (t.lock_rows == NormTuning::kAuto ? std::string(", by two blocks each")
+                                                            : std::string(" (NormTuning::lock_rows)"))
                     : std::to_string(b.partial_rows) + " at most, one a block" +
                           (b.staged.split > 1 ? std::string(" (a cluster)") : std::string()),
              locked ? "B5" : "");

@@ -472,7 +472,7 @@ __device__ void add_to_partial_row(float* dst, const float (&sums)[ITEMS][VEC],
 // ---- Version 4: lock-guarded partial rows. ---------------------------------------------------
 // dw_partial[g] = sum of the column sums of blocks g, g + G, g + 2G, ...; then dw = sum over g.
 // Block b adds its sums into partial row g = b mod G while it holds lock g, so that no two
-// blocks read-modify-write a row at once. G is B / 2: the blocks finish their rows at about the
+// blocks read-modify-write a row at once. G is B / 2 (rounded up): the blocks finish their rows at about the
 // same time, so each lock's queue is as deep as the blocks sharing it (two), and the column sum
 // reads half the rows version 5's does. The rows start at zero (the host clears them in-stream).
 // The order in which blocks take a lock varies from run to run, so the last bits of dw and db do.

@@ -26,7 +26,7 @@
 //   version 4, dw / db by lock-guarded partial rows. Version 3's backward in a grid of as many
 //     blocks as the GPU holds at once, striding over the rows; each thread adds its columns'
 //     dy * x_hat and dy into fp32 registers as it goes. At the end, block b adds its sums into
-//     one of G shared fp32 partial rows (g = b mod G, G = B / 2) while holding spin
+//     one of G shared fp32 partial rows (g = b mod G, G = B / 2 rounded up) while holding spin
 //     lock g (the acquire / release ordering is written out beside the kernel), and a small
 //     kernel adds up the G rows. Not bitwise repeatable: blocks take a lock in any order.
 //

@@ -4,9 +4,9 @@
 // RMSNorm and LayerNorm; x in f32, bf16 and f16, weights in f32 or x's type; all 64 combinations
 // of weight, bias, fused residual, zero-centred weight, dh and operands that start one element
 // past a 16-byte boundary (no 16-byte vectors), each at two of the shapes (1, 1), (37, 7),
-// (45, 33), (199, 385), (64, 769), (16, 4097), (4, 8192), (2500, 384) (the last with more row
-// groups than SMs, so that versions 4 and 5 stride and several blocks share each of version 4's
-// locks). The tuned kernels run with both dw / db reductions, each with the default tuning and
+// (45, 33), (199, 385), (64, 769), (16, 4097), (4, 8192), (2500, 384) (the last with hundreds
+// of row groups: two blocks share each of version 4's locks, and for f32 the grid strides; the
+// contention test below strides for every type). The tuned kernels run with both dw / db reductions, each with the default tuning and
 // four that force their other paths. Inputs are rounded to their dtype first, so every
 // computation sees the same values; outputs are poisoned (NaN) before each call.
 // Tagged [norm_reference], not [norm] (the slow grid of test_gpu_norm.cpp).
