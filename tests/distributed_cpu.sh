@@ -32,6 +32,20 @@ sets=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set dat
       --set train.device=cpu --set train.batch_size=16 --set train.steps=30
       --set train.eval_interval=10 --set train.checkpoint_interval=10 --set train.eval_iters=2)
 port=$((20000 + RANDOM % 30000))
+# Waits (at most 10 s) until the run in directory $1 has logged a step.
+wait_until_trained() {
+    for _ in $(seq 100); do
+        [ -s "$1/metrics.jsonl" ] && return
+        sleep 0.1
+    done
+}
+# Waits (at most 10 s) until something listens on port $1 of 127.0.0.1.
+wait_until_listening() {
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return
+        sleep 0.1
+    done
+}
 
 "$bin" train configs/addition.yaml "${sets[@]}" --set train.out_dir="$work/one" > "$work/one.log"
 WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml "${sets[@]}" \
@@ -90,10 +104,7 @@ cmp <(grep '"ms"' "$work/two/metrics.jsonl" | sed 's/,"ms".*//') \
 "$bin" train configs/addition.yaml "${long[@]}" --ranks 2 --set train.out_dir="$work/term" \
     > "$work/term.log" 2>&1 &
 launcher=$!
-for _ in $(seq 100); do
-    [ -s "$work/term/metrics.jsonl" ] && break
-    sleep 0.1
-done
+wait_until_trained "$work/term"
 kill -TERM $launcher
 status=0
 wait $launcher || status=$?
@@ -239,10 +250,7 @@ grep -q "1 rank(s) run another config than rank 0" "$work/mixed0.log" || { cat "
 "$bin" train configs/addition.yaml "${long[@]}" --ranks 2 --set train.out_dir="$work/orphans" \
     > "$work/orphans.log" 2>&1 &
 launcher=$!
-for _ in $(seq 100); do
-    [ -s "$work/orphans/metrics.jsonl" ] && break
-    sleep 0.1
-done
+wait_until_trained "$work/orphans"
 kill -KILL $launcher
 wait $launcher 2>/dev/null || true
 for _ in $(seq 200); do
@@ -261,13 +269,14 @@ port=$((port + 1))
 FUSEGRAD_JOB_TOKEN=job-a WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml \
     "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/rdv" > "$work/rdv0.log" 2>&1 &
 rank0=$!
-for _ in $(seq 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
-    sleep 0.1
-done
+wait_until_listening $port
 exec 4<>/dev/tcp/127.0.0.1/$port   # connects and stays silent
 printf 'GET / HTTP/1.0\r\n\r\n' > /dev/tcp/127.0.0.1/$port || true  # short, then closed
 printf '%0100d' 0 > /dev/tcp/127.0.0.1/$port || true  # a hello's length of garbage
+out=$(FUSEGRAD_JOB_TOKEN=job-a WORLD_SIZE=4 RANK=2 MASTER_PORT=$port "$bin" train \
+      configs/addition.yaml "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/rdv" 2>&1) &&
+    { echo "a rank of another world size joined"; exit 1; }
+grep -q "is not a fusegrad rank 0 of this job" <<< "$out" || { echo "$out"; exit 1; }
 out=$(FUSEGRAD_JOB_TOKEN=job-b WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train \
       configs/addition.yaml "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/rdv" 2>&1) &&
     { echo "a rank of another job joined"; exit 1; }
@@ -277,7 +286,8 @@ FUSEGRAD_JOB_TOKEN=job-a WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train conf
     { cat "$work/rdv1.log"; exit 1; }
 wait $rank0 || { cat "$work/rdv0.log"; exit 1; }
 exec 4>&-
-for why in "no whole hello: it closed" "not a fusegrad rank's hello" "another job token"; do
+for why in "no whole hello: it closed" "not a fusegrad rank's hello" "another job token" \
+           "it says it is rank 2 of 4, which this job (2 ranks, waiting for 1) has no place for"; do
     grep -q "rank 0 dropped a connection from 127.0.0.1:[0-9]* to 127.0.0.1:$port: .*$why" \
         "$work/rdv0.log" || { cat "$work/rdv0.log"; echo "no drop for: $why"; exit 1; }
 done
@@ -287,10 +297,7 @@ port=$((port + 1))
 WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml "${sets[@]}" \
     --set train.out_dir="$work/waiting" > "$work/waiting.log" 2>&1 &
 rank0=$!
-for _ in $(seq 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
-    sleep 0.1
-done
+wait_until_listening $port
 kill -TERM $rank0
 start=$SECONDS
 wait $rank0 && { echo "rank 0 went on after SIGTERM"; exit 1; }

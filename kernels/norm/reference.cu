@@ -598,12 +598,13 @@ void with_norm_types(ScalarType x_type, ScalarType w_type, const char* what, F&&
 // Versions 3-5: how a row of `cols` values of `elem_bytes` is laid over threads. A row gets
 // threads for `per_thread` vectors each (32 to 512 of them: a thread may then use 128
 // registers), a block at least 256 threads. The forward takes two vectors a thread, the backward
-// one (H100, bf16 16384 x 384: one vector a thread left the forward at 29% of copy, against 38%
-// at two; two vectors' sums in versions 4 and 5 held an SM to 512 threads, 3-5% against 10-11%); a thread holds at most 8 vectors, so rows of more than 4096
-// vectors (32768 bf16, 16384 f32 values) throw; versions 4 and 5 (`sums`) also keep two fp32
-// sums a column, at most 16 columns a thread: rows of at most 8192 values. The persistent grid
-// of versions 4 and 5: as many blocks as the GPU holds at once by their thread count (four an
-// SM for 512-thread blocks), at most one per row group.
+// one: two vectors' sums in versions 4 and 5 cost so many registers that an SM held few threads,
+// and one vector a thread leaves short forward rows' lanes idle (docs/norms.md section 3 has
+// both measurements). A thread holds at most 8 vectors, so rows of more than 4096 vectors (32768
+// bf16, 16384 f32 values) throw; versions 4 and 5 (`sums`) also keep two fp32 sums a column, at
+// most 16 columns a thread: rows of at most 8192 values. The persistent grid of versions 4 and 5:
+// as many blocks as the GPU holds at once by their thread count, at most one per row group (the
+// count of threads only: registers may hold fewer at once, which the grid loop tolerates).
 struct RegisterLayout {
     int vec = 1, tpr = 32, items = 1, threads = 256;
     long long groups = 0;  // row groups: blocks of version 3
