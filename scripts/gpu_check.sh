@@ -3,13 +3,14 @@
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
 #   scripts/gpu_check.sh [tests|bench|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|
-#                         breakdown|nanogpt|ddp|phases|python|overhead|all]...
+#                         breakdown|norm-profile|nanogpt|ddp|phases|python|overhead|all]...
 #   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
 #   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
 #   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
 #   only those cases of fg_gpu_tests (the whole GPU suite takes over 5 minutes);
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
 #   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
+#   norm-profile: Nsight Compute on the tuned norm kernels at 16384 x 384 and 768 (see the step).
 #   ladder: bench_norm --kernel ladder (LADDER_FLAGS: more of its flags, e.g. --dtype bf16).
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
 #   overhead: bench/norm_torch_overhead.py with a host profile.
@@ -327,6 +328,41 @@ PY
             build-gpu/bench/bench_norm --kernel ladder ${LADDER_FLAGS:-} --json "$out/ladder.json" \
                 > "$out/ladder.log" 2>&1 || status=1
             grep -v "^bench_norm\|^wrote" "$out/ladder.log" | head -400
+            ;;
+        norm-profile)
+            # Nsight Compute on the tuned norm kernels at the widths the project trains
+            # (PROFILE_SHAPES, default 16384x384 16384x768; PROFILE_NORMS, default layernorm; bf16),
+            # the 4th launch of each, clocks as the benchmark runs them: (1) the launch, occupancy,
+            # speed-of-light, memory and warp-state sections with ncu's own clean L2 flush; (2) the
+            # DRAM bytes read and written after the benchmark's own flush (ncu leaves the cache as
+            # the benchmark left it: dirty lines of the flush buffer are written back during the
+            # kernel); then bench_norm at the same shapes for the times.
+            for shape in ${PROFILE_SHAPES:-16384x384 16384x768}; do
+                for norm in ${PROFILE_NORMS:-layernorm}; do
+                    for kernel in norm_forward_kernel norm_backward_staged_kernel; do
+                        run="build-gpu/bench/bench_norm --shape $shape --dtype bf16 --norm $norm"
+                        name=$out/profile_${norm}_${shape}_$kernel
+                        ncu --clock-control none --kernel-name "regex:$kernel" --launch-skip 3 \
+                            --launch-count 1 --section LaunchStats --section Occupancy \
+                            --section SpeedOfLight --section MemoryWorkloadAnalysis \
+                            --section WarpStateStats --section SchedulerStats $run \
+                            > "$name.txt" 2>&1 || status=1
+                        ncu --clock-control none --cache-control none --kernel-name "regex:$kernel" \
+                            --launch-skip 3 --launch-count 1 --csv --print-units base --metrics \
+                            gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+                            $run > "$name.dirty.csv" 2>&1 || status=1
+                        echo "$norm $shape $kernel:"
+                        grep -E "^    (Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Waves Per SM|Registers Per Thread|Grid Size|Block Size|Warp Cycles Per Issued|Eligible Warps|Dynamic Shared)" \
+                            "$name.txt" | sed 's/^ */  /'
+                        grep -E "dram__bytes|gpu__time" "$name.dirty.csv" |
+                            awk -F'","' '{print "  after the benchmark flush: " $(NF-2) " " $NF}' | tr -d '"'
+                    done
+                done
+            done
+            build-gpu/bench/bench_norm --dtype bf16 $(for s in ${PROFILE_SHAPES:-16384x384 16384x768}; do
+                echo "--shape $s"; done) --sweep --columns "auto" > "$out/profile_bench.log" 2>&1 ||
+                status=1
+            grep -E "%|copy" "$out/profile_bench.log" | head -40
             ;;
         sanitize|all)
             # Norm cases capped at 2^20 elements so both tools finish in minutes; both in parallel.
