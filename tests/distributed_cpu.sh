@@ -21,7 +21,9 @@
 #  12. kill -9 of the --ranks launcher stops its ranks (rank 0 saving);
 #  13. at the rendezvous, a silent connection, garbage and another job's rank (job token) are
 #      dropped and reported, and the real rank still joins;
-#  14. SIGTERM ends rank 0's wait at the rendezvous within a second.
+#  14. SIGTERM ends rank 0's wait at the rendezvous within a second;
+#  15. a MASTER_ADDR that is not this host's address (or a host name resolving to loopback here)
+#      makes rank 0 listen on every interface, saying so, and the other rank still joins.
 set -euo pipefail
 source "$(dirname "$0")/kill_rank.sh"  # kill_rank_1
 bin=$1
@@ -305,6 +307,35 @@ wait $rank0 && { echo "rank 0 went on after SIGTERM"; exit 1; }
 grep -q "stopped (SIGTERM or Ctrl-C) while waiting for the other ranks" "$work/waiting.log" ||
     { cat "$work/waiting.log"; exit 1; }
 
+# 15. A MASTER_ADDR rank 0 cannot bind (192.0.2.1, a documentation address on no host: behind
+# NAT, say) makes it listen on every interface, saying so, and a rank reaching it at another
+# address joins. A host name resolving to loopback here (Debian's 127.0.1.1) does the same.
+port=$((port + 1))
+MASTER_ADDR=192.0.2.1 WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml \
+    "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/nat" > "$work/nat0.log" 2>&1 &
+rank0=$!
+wait_until_listening $port
+MASTER_ADDR=127.0.0.1 WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml \
+    "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/nat" > "$work/nat1.log" 2>&1 ||
+    { cat "$work/nat1.log"; exit 1; }
+wait $rank0 || { cat "$work/nat0.log"; exit 1; }
+grep -q "rank 0 listens on every interface, port $port: MASTER_ADDR's address is not one of this" \
+    "$work/nat0.log" || { cat "$work/nat0.log"; exit 1; }
+host=$(hostname)
+if getent ahostsv4 "$host" 2>/dev/null | head -1 | grep -q "^127\."; then
+    port=$((port + 1))
+    MASTER_ADDR=$host WORLD_SIZE=2 RANK=0 MASTER_PORT=$port "$bin" train configs/addition.yaml \
+        "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/named" > "$work/named0.log" 2>&1 &
+    rank0=$!
+    wait_until_listening $port
+    MASTER_ADDR=127.0.0.1 WORLD_SIZE=2 RANK=1 MASTER_PORT=$port "$bin" train \
+        configs/addition.yaml "${sets[@]}" --set train.steps=3 --set train.out_dir="$work/named" \
+        > "$work/named1.log" 2>&1 || { cat "$work/named1.log"; exit 1; }
+    wait $rank0 || { cat "$work/named0.log"; exit 1; }
+    grep -q "MASTER_ADDR names this host, which resolves to a loopback address" "$work/named0.log" ||
+        { cat "$work/named0.log"; exit 1; }
+fi
+
 # A launch inside a launch is refused.
 out=$(WORLD_SIZE=2 "$bin" train configs/addition.yaml --ranks 2 2>&1) && exit 1
 grep -q "\[cli\] --ranks starts its own ranks, but WORLD_SIZE is already set" <<< "$out" ||
@@ -315,4 +346,5 @@ echo "two CPU ranks: the same losses as one process, identical weights, rank 0 a
      "a one-process checkpoint resumes on two ranks; ZeRO-1 and overlapped buckets the same;" \
      "a ZeRO-1 checkpoint resumes on one process and on two ranks; bf16 sums within bf16 noise;" \
      "a NaN stops both ranks; different configs are refused by name; a killed launcher's" \
-     "ranks stop; strays and other jobs' ranks are dropped at the rendezvous; SIGTERM ends a wait"
+     "ranks stop; strays and other jobs' ranks are dropped at the rendezvous; SIGTERM ends a wait;" \
+     "an address rank 0 cannot bind falls back to every interface"
