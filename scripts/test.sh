@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs what is missing (with the cuDNN frontend's headers
 # where nvcc and cuDNN are installed, so that the CUDA build has cuDNN's attention), then
+#   0. the teaching path's line budget (scripts/line_budget.py);
 #   1. the CUDA configuration (when nvcc exists; compile and link only without a GPU), -Werror,
 #      and its CPU tests (ctest -LE gpu); on a machine with a GPU, also the gpu tests;
 #   2. the PyTorch package's pytest suite (scripts/test_python.sh: PyTorch from pip into
@@ -11,6 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh --tests --cudnn
 jobs=$(nproc)
+echo "== the teaching path's code lines (scripts/line_budget.py)"
+python3 scripts/line_budget.py
 export PATH="$PATH:/usr/local/cuda/bin"
 
 if command -v nvcc >/dev/null; then

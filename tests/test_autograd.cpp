@@ -8,7 +8,6 @@
 #include "test_helpers.h"
 
 using namespace fg;
-using Catch::Matchers::Contains;
 
 TEST_CASE("gradients add up where paths meet", "[autograd]") {
     // y = sum(x * x + 3 x) -> dy/dx = 2x + 3; x used three times.
@@ -54,24 +53,24 @@ TEST_CASE("backward twice through a freed graph is an error", "[autograd]") {
     Tensor x = test::random_f64({3});
     Tensor y = sum(gelu(x));
     y.backward();
-    REQUIRE_THROWS_WITH(y.backward(), Contains("[backward]") && Contains("second time"));
+    REQUIRE_THROWS_WITH(y.backward(), ContainsSubstring("[backward]") && ContainsSubstring("second time"));
 }
 
 TEST_CASE("backward from a non-scalar needs a gradient", "[autograd]") {
     Tensor x = test::random_f64({2, 3});
     Tensor y = scale(x, 2.0);
-    REQUIRE_THROWS_WITH(y.backward(), Contains("[backward]") && Contains("shape (2, 3)"));
+    REQUIRE_THROWS_WITH(y.backward(), ContainsSubstring("[backward]") && ContainsSubstring("shape (2, 3)"));
     y.backward(Tensor::ones({2, 3}, DType::f64));
     for (double g : x.grad().to_vector<double>()) REQUIRE(g == 2.0);
     REQUIRE_THROWS_WITH(scale(x, 1.0).backward(Tensor::ones({3}, DType::f64)),
-                        Contains("gradient has shape (3)"));
+                        ContainsSubstring("gradient has shape (3)"));
 }
 
 TEST_CASE("backward on a tensor that needs no grad is an error", "[autograd]") {
     Tensor x = Tensor::ones({1}, DType::f64);
-    REQUIRE_THROWS_WITH(scale(x, 2.0).backward(), Contains("does not require grad"));
+    REQUIRE_THROWS_WITH(scale(x, 2.0).backward(), ContainsSubstring("does not require grad"));
     Tensor y = scale(test::random_f64({2}), 1.0);
-    REQUIRE_THROWS_WITH(y.set_requires_grad(false), Contains("only leaf tensors"));
+    REQUIRE_THROWS_WITH(y.set_requires_grad(false), ContainsSubstring("only leaf tensors"));
 }
 
 TEST_CASE("saved tensors are released after backward", "[autograd]") {
@@ -129,7 +128,7 @@ TEST_CASE("a post-accumulate hook runs once a backward, after every contribution
     // Only leaves accumulate.
     Tensor y = scale(w, 2.0);
     REQUIRE_THROWS_WITH(y.set_post_accumulate_grad_hook([] {}),
-                        Contains("is not a leaf (it was made by"));
+                        ContainsSubstring("is not a leaf (it was made by"));
 }
 
 TEST_CASE("a leaf takes its first gradient without a copy only when nothing else holds it",
@@ -197,10 +196,10 @@ TEST_CASE("set_grad_storage: the first gradient overwrites the storage, later on
     CHECK(w.grad().raw_data() != storage.raw_data());
     CHECK(w.grad().to_vector<double>() == once);
     CHECK_THROWS_WITH(w.set_grad_storage(Tensor::zeros({4}, DType::f64)),
-                      Contains("set_grad_storage") && Contains("(4)"));
+                      ContainsSubstring("set_grad_storage") && ContainsSubstring("(4)"));
     CHECK_THROWS_WITH(w.set_grad_storage(Tensor::zeros({3}, DType::f32)),
-                      Contains("set_grad_storage") && Contains("f32"));
+                      ContainsSubstring("set_grad_storage") && ContainsSubstring("f32"));
     CHECK_THROWS_WITH(w.set_grad_storage(Tensor()),
-                      Contains("[set_grad_storage] the storage must match the tensor: undefined "
+                      ContainsSubstring("[set_grad_storage] the storage must match the tensor: undefined "
                                "for (3) f64 on cpu"));
 }

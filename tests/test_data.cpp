@@ -13,7 +13,6 @@
 #include "train/data.h"
 
 using namespace fg;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -31,8 +30,8 @@ TEST_CASE("the character vocabulary encodes and decodes", "[data]") {
     std::vector<std::int32_t> ids = v.encode("hold");
     REQUIRE(v.decode(ids) == "hold");
     REQUIRE_THROWS_WITH(v.encode("hoZd", "prompt"),
-                        Contains("[data] prompt character 'Z' at position 2 is not in the vocabulary"));
-    REQUIRE_THROWS_WITH(v.decode({99}), Contains("token id 99 is outside [0, 9)"));
+                        ContainsSubstring("[data] prompt character 'Z' at position 2 is not in the vocabulary"));
+    REQUIRE_THROWS_WITH(v.decode({99}), ContainsSubstring("token id 99 is outside [0, 9)"));
 }
 
 TEST_CASE("text data: splits, shifted targets, seeded windows", "[data]") {
@@ -54,17 +53,17 @@ TEST_CASE("text data: splits, shifted targets, seeded windows", "[data]") {
 
 TEST_CASE("text data: missing, empty and too-short files", "[data][errors]") {
     REQUIRE_THROWS_WITH(TextData("/nonexistent/input.txt", 0.1, 8),
-                        Contains("[data] cannot read '/nonexistent/input.txt'"));
-    REQUIRE_THROWS_WITH(TextData(write_temp("empty.txt", ""), 0.1, 8), Contains("is empty"));
+                        ContainsSubstring("[data] cannot read '/nonexistent/input.txt'"));
+    REQUIRE_THROWS_WITH(TextData(write_temp("empty.txt", ""), 0.1, 8), ContainsSubstring("is empty"));
     // A FIFO (or a device) would block the read forever: refused at once, by name.
     const std::string fifo = "/tmp/fg_test_data.fifo";
     ::unlink(fifo.c_str());
     REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
     REQUIRE_THROWS_WITH(TextData(fifo, 0.1, 8),
-                        Contains("'" + fifo + "' is not a regular file (a FIFO, socket or device)"));
-    REQUIRE_THROWS_WITH(TextData("/tmp", 0.1, 8), Contains("'/tmp' is a directory"));
+                        ContainsSubstring("'" + fifo + "' is not a regular file (a FIFO, socket or device)"));
+    REQUIRE_THROWS_WITH(TextData("/tmp", 0.1, 8), ContainsSubstring("'/tmp' is a directory"));
     REQUIRE_THROWS_WITH(TextData(write_temp("short.txt", std::string(50, 'a')), 0.1, 8),
-                        Contains("has 50 characters") && Contains("needs at least block_size + 1 = 9"));
+                        ContainsSubstring("has 50 characters") && ContainsSubstring("needs at least block_size + 1 = 9"));
 }
 
 TEST_CASE("addition problems, prompts and the held-out split", "[data]") {
@@ -96,12 +95,12 @@ TEST_CASE("addition problems, prompts and the held-out split", "[data]") {
         std::string s = data.vocab().decode(std::vector<std::int32_t>(vx.begin() + r * 8, vx.begin() + r * 8 + 8));
         REQUIRE(held_set.count({std::stoll(s.substr(0, 2)), std::stoll(s.substr(3, 2))}) == 1);
     }
-    REQUIRE_THROWS_WITH(AdditionData(0, 0.1, 1), Contains("addition digits must be in [1, 6], got 0"));
+    REQUIRE_THROWS_WITH(AdditionData(0, 0.1, 1), ContainsSubstring("addition digits must be in [1, 6], got 0"));
 }
 
 TEST_CASE("data arguments are checked", "[data][errors]") {
-    REQUIRE_THROWS_WITH(CharVocab("abca"), Contains("[data] vocabulary character 97 appears twice"));
+    REQUIRE_THROWS_WITH(CharVocab("abca"), ContainsSubstring("[data] vocabulary character 97 appears twice"));
     std::string path = write_temp("ok.txt", std::string(500, 'a'));
-    REQUIRE_THROWS_WITH(TextData(path, 0.0, 8), Contains("[data] val_fraction must be in (0, 1), got 0"));
-    REQUIRE_THROWS_WITH(AdditionData(2, 1.0, 1), Contains("[data] val_fraction must be in (0, 1), got 1"));
+    REQUIRE_THROWS_WITH(TextData(path, 0.0, 8), ContainsSubstring("[data] val_fraction must be in (0, 1), got 0"));
+    REQUIRE_THROWS_WITH(AdditionData(2, 1.0, 1), ContainsSubstring("[data] val_fraction must be in (0, 1), got 1"));
 }

@@ -13,7 +13,7 @@
 // (test_setup.cpp).
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <cmath>
 #include <filesystem>
 #include <functional>

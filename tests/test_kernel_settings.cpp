@@ -17,7 +17,6 @@
 #include "test_helpers.h"
 
 using namespace fg;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -160,14 +159,14 @@ TEST_CASE(
     fs::remove_all(dir);
     REQUIRE_THROWS_WITH(
         Trainer(test::tiny_addition_run(dir, 2, {"kernels.attention=cudnn"}), log),
-        Contains("[train] kernels.attention is cudnn, but cuDNN's fused attention cannot run this "
+        ContainsSubstring("[train] kernels.attention is cudnn, but cuDNN's fused attention cannot run this "
                  "model: the tensors are on the CPU") &&
-            Contains("set kernels.attention to auto or fused"));
+            ContainsSubstring("set kernels.attention to auto or fused"));
     CHECK_FALSE(fs::exists(dir + "/config.yaml"));
     // The op itself, asked for cuDNN on CPU tensors (or, in a CPU-only build, anywhere).
     Tensor qkv = test::random_f32({3, 1, 2, 5, 8}).to(DType::bf16);
     REQUIRE_THROWS_WITH(causal_attention(qkv, 0.0, true, {AttentionBackend::cudnn}),
-                        Contains("[causal_attention] the cudnn backend cannot run this call: the "
+                        ContainsSubstring("[causal_attention] the cudnn backend cannot run this call: the "
                                  "tensors are on the CPU"));
     CHECK(cudnn_attention_unsupported(Device::cpu, DType::bf16, 64).find("on the CPU") !=
           std::string::npos);
@@ -176,7 +175,7 @@ TEST_CASE(
               "fusegrad was built without CUDA");
     // A bad value is a config error naming the choices.
     REQUIRE_THROWS_WITH(parse_config("kernels:\n  attention: flash\n", "x.yaml"),
-                        Contains("x.yaml:2:14: error: kernels.attention: must be one of auto, "
+                        ContainsSubstring("x.yaml:2:14: error: kernels.attention: must be one of auto, "
                                  "cudnn, fused"));
 }
 

@@ -20,7 +20,6 @@
 #include "train/trainer.h"
 
 using namespace fg;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -81,14 +80,14 @@ TEST_CASE("a refused resume leaves the run directory exactly as it was", "[run_d
     const auto before = snapshot(dir);
     std::ostringstream log;
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {"model.n_embd=64"}, log),
-                        Contains("[resume] model.n_embd cannot change when resuming"));
+                        ContainsSubstring("[resume] model.n_embd cannot change when resuming"));
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {"optim.name=sgd"}, log),
-                        Contains("[resume] optim.name cannot change"));
+                        ContainsSubstring("[resume] optim.name cannot change"));
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {"train.seed=3"}, log),
-                        Contains("[resume] train.seed cannot change") &&
-                            Contains("a resumed run may change train.steps"));
+                        ContainsSubstring("[resume] train.seed cannot change") &&
+                            ContainsSubstring("a resumed run may change train.steps"));
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {"model.n_layerz=2"}, log),
-                        Contains("model.n_layerz: unknown key"));
+                        ContainsSubstring("model.n_layerz: unknown key"));
     CHECK(snapshot(dir) == before);
     // Allowed: a longer schedule. The resumed config is then the run's.
     auto t = Trainer::resume(dir, {"train.steps=6"}, log);
@@ -110,43 +109,43 @@ TEST_CASE("a damaged checkpoint is refused, naming the file and what is wrong", 
         f.put('\x5a');
     }
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("model.safetensors' does not match its checksum") &&
-                            Contains("the file is corrupt"));
+                        ContainsSubstring("model.safetensors' does not match its checksum") &&
+                            ContainsSubstring("the file is corrupt"));
     // A truncated optimizer state.
     fresh();
     fs::resize_file(checkpoint_file(dir, "train_state.safetensors"), 100);
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("train_state.safetensors' has 100 bytes") &&
-                            Contains("(truncated or replaced)"));
+                        ContainsSubstring("train_state.safetensors' has 100 bytes") &&
+                            ContainsSubstring("(truncated or replaced)"));
     // A missing file.
     fresh();
     fs::remove(checkpoint_file(dir, "train_state.safetensors"));
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("train_state.safetensors', part of the checkpoint of step 4, is "
+                        ContainsSubstring("train_state.safetensors', part of the checkpoint of step 4, is "
                                  "missing"));
     // A damaged manifest.
     fresh();
     { std::ofstream(dir + "/checkpoint.json") << "{\"step\": 4"; }
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("checkpoint.json' is corrupt"));
+                        ContainsSubstring("checkpoint.json' is corrupt"));
     std::ofstream(dir + "/checkpoint.json") << R"({"step": -1, "folder": "x", "files": {}})";
-    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("names step -1"));
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), ContainsSubstring("names step -1"));
     std::ofstream(dir + "/checkpoint.json") << R"({"step": 1, "folder": "../etc", "files": {}})";
-    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains("not one in checkpoints/"));
+    REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), ContainsSubstring("not one in checkpoints/"));
     // File names that would lead out of the checkpoint folder are not even looked at.
     for (const char* name : {"/etc/hostname", "../../../etc/hostname", "..", "a/b"}) {
         std::ofstream(dir + "/checkpoint.json")
             << R"({"step": 4, "folder": "checkpoints/step_00000004", "files": {")" << name
             << R"(": {"bytes": 1, "xxh3": "0"}}})";
         REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                            Contains(std::string("lists the file '") + name +
+                            ContainsSubstring(std::string("lists the file '") + name +
                                      "', which is not a name inside its checkpoint folder"));
     }
     // No manifest at all.
     fresh();
     fs::remove(dir + "/checkpoint.json");
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("holds no checkpoint (checkpoint.json is missing)"));
+                        ContainsSubstring("holds no checkpoint (checkpoint.json is missing)"));
 }
 
 TEST_CASE("files of two steps, or an incomplete optimizer state, are not one checkpoint",
@@ -162,16 +161,16 @@ TEST_CASE("files of two steps, or an incomplete optimizer state, are not one che
                   partial + "/train_state.safetensors");
     commit_checkpoint(b, 4);
     REQUIRE_THROWS_WITH(Trainer::resume(b, {}, log),
-                        Contains("model.safetensors' is from step 2") &&
-                            Contains("they are not one checkpoint"));
+                        ContainsSubstring("model.safetensors' is from step 2") &&
+                            ContainsSubstring("they are not one checkpoint"));
     // An optimizer state without one of AdamW's moments.
     const std::string c = run_once("/tmp/fg_rd_moments", 2);
     commit_edited(c, 2, [](SafetensorsFile&, SafetensorsFile& state) {
         drop(state, "transformer.wte.weight.exp_avg_sq");
     });
     REQUIRE_THROWS_WITH(Trainer::resume(c, {}, log),
-                        Contains("has no 'transformer.wte.weight.exp_avg_sq'") &&
-                            Contains("the optimizer state is incomplete"));
+                        ContainsSubstring("has no 'transformer.wte.weight.exp_avg_sq'") &&
+                            ContainsSubstring("the optimizer state is incomplete"));
 }
 
 TEST_CASE("a checkpoint whose parts do not fit the run is refused by name", "[run_dir]") {
@@ -201,7 +200,7 @@ TEST_CASE("a checkpoint whose parts do not fit the run is refused by name", "[ru
         INFO(expected);
         run_once(dir, 2);
         commit_edited(dir, step, edit);
-        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(expected));
+        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), ContainsSubstring(expected));
     }
     // A manifest that lists only the weights.
     run_once(dir, 2);
@@ -210,13 +209,13 @@ TEST_CASE("a checkpoint whose parts do not fit the run is refused by name", "[ru
                   partial_folder(dir) + "/model.safetensors");
     commit_checkpoint(dir, 2);
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("the checkpoint of step 2 in '" + dir +
+                        ContainsSubstring("the checkpoint of step 2 in '" + dir +
                                  "' has no train_state.safetensors"));
     // A run directory without its vocabulary.
     run_once(dir, 2);
     fs::remove(dir + "/vocab.txt");
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("[resume] '" + dir + "' has no vocab.txt"));
+                        ContainsSubstring("[resume] '" + dir + "' has no vocab.txt"));
 }
 
 TEST_CASE("a new run refuses a folder holding files it did not write, naming one, touching none",
@@ -230,8 +229,8 @@ TEST_CASE("a new run refuses a folder holding files it did not write, naming one
         std::ofstream(dir + "/" + f) << "a user's file\n";
         const auto before = snapshot(dir);
         REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
-                            Contains(std::string("holds '") + f + "', which fusegrad did not write") &&
-                                Contains("never writes over or removes files it did not write"));
+                            ContainsSubstring(std::string("holds '") + f + "', which fusegrad did not write") &&
+                                ContainsSubstring("never writes over or removes files it did not write"));
         CHECK(snapshot(dir) == before);
         CHECK_FALSE(fs::exists(dir + "/" + kRunMarker));
     }
@@ -242,16 +241,16 @@ TEST_CASE("a new run refuses a folder holding files it did not write, naming one
     std::ofstream(dir + "/checkpoints/my_notes.txt") << "mine\n";
     const auto before = snapshot(dir);
     REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
-                        Contains("holds 'checkpoints', which a start of fusegrad's does not leave"));
+                        ContainsSubstring("holds 'checkpoints', which a start of fusegrad's does not leave"));
     CHECK(snapshot(dir) == before);
     // A committed run: resume it instead.
     run_once(dir, 2);
     REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
-                        Contains("already holds a run (checkpoint.json): resume it with --resume"));
+                        ContainsSubstring("already holds a run (checkpoint.json): resume it with --resume"));
     // train.out_dir naming a file.
     std::ofstream("/tmp/fg_rd_a_file") << "x";
     REQUIRE_THROWS_WITH(Trainer(tiny("/tmp/fg_rd_a_file", 2), log),
-                        Contains("train.out_dir '/tmp/fg_rd_a_file' is not a directory"));
+                        ContainsSubstring("train.out_dir '/tmp/fg_rd_a_file' is not a directory"));
 }
 
 TEST_CASE("a start that stopped before its first checkpoint is taken over by the next",
@@ -270,12 +269,12 @@ TEST_CASE("a start that stopped before its first checkpoint is taken over by the
     std::ofstream(dir + "/config.yaml.x1Y2z3.tmp") << "half";
     // --resume has nothing to resume, and says what to do.
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("holds no checkpoint") &&
-                            Contains("its run stopped before its first checkpoint; start it again"));
+                        ContainsSubstring("holds no checkpoint") &&
+                            ContainsSubstring("its run stopped before its first checkpoint; start it again"));
     std::ostringstream retry_log;
     Trainer retry(tiny(dir, 2), retry_log);
     CHECK_THAT(retry_log.str(),
-               Contains("note: taking over '" + dir + "': a start that stopped before its first "
+               ContainsSubstring("note: taking over '" + dir + "': a start that stopped before its first "
                         "checkpoint left checkpoints, config.yaml, config.yaml.x1Y2z3.tmp, "
                         "metrics.jsonl, vocab.txt; they are replaced"));
     retry.run();
@@ -300,20 +299,20 @@ TEST_CASE("sample and eval load weights as --resume does: verified, finite, the 
         f.put('\x5a');
     }
     REQUIRE_THROWS_WITH(load_run(dir, false, Device::cpu),
-                        Contains("model.safetensors' does not match its checksum"));
+                        ContainsSubstring("model.safetensors' does not match its checksum"));
     // Non-finite or foreign weights (best.safetensors has no manifest): refused by name.
     run_once(dir, 4);
     SafetensorsFile best = load_safetensors(dir + "/model.safetensors");
     best.tensors[0].second = Tensor::full(best.tensors[0].second.shape(), std::nan(""));
     save_safetensors(dir + "/best.safetensors", best.tensors, best.metadata);
     REQUIRE_THROWS_WITH(load_run(dir, true, Device::cpu),
-                        Contains("holds a non-finite value") &&
-                            Contains("'" + best.tensors[0].first + "'"));
+                        ContainsSubstring("holds a non-finite value") &&
+                            ContainsSubstring("'" + best.tensors[0].first + "'"));
     best = load_safetensors(dir + "/model.safetensors");
     best.tensors.emplace_back("extra.weight", Tensor::zeros({2}));
     save_safetensors(dir + "/best.safetensors", best.tensors, best.metadata);
     REQUIRE_THROWS_WITH(load_run(dir, true, Device::cpu),
-                        Contains("holds a tensor 'extra.weight' that the model does not have"));
+                        ContainsSubstring("holds a tensor 'extra.weight' that the model does not have"));
     // A config.yaml asking for a model larger than the machine: refused before it is built.
     Config huge = load_config(dir + "/config.yaml");
     huge.model.n_layer = 200000;
@@ -321,8 +320,8 @@ TEST_CASE("sample and eval load weights as --resume does: verified, finite, the 
     huge.model.n_head = 32;
     write_file_durably(dir + "/config.yaml", dump_config(huge), "test");
     REQUIRE_THROWS_WITH(load_run(dir, false, Device::cpu),
-                        Contains("[load] the model '" + dir + "/config.yaml' describes needs") &&
-                            Contains("for its weights, but cpu has"));
+                        ContainsSubstring("[load] the model '" + dir + "/config.yaml' describes needs") &&
+                            ContainsSubstring("for its weights, but cpu has"));
 }
 
 TEST_CASE("checkpoint metadata past what a run reaches is refused", "[run_dir]") {
@@ -346,7 +345,7 @@ TEST_CASE("checkpoint metadata past what a run reaches is refused", "[run_dir]")
         if (key == "step") model.metadata["step"] = value;
         save_safetensors(dir + "/train_state.safetensors", state.tensors, state.metadata);
         save_safetensors(dir + "/model.safetensors", model.tensors, model.metadata);
-        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(message));
+        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), ContainsSubstring(message));
     }
 }
 
@@ -393,24 +392,24 @@ TEST_CASE("no write follows a planted link, and appends go to a regular file fus
     // An append to a link (even a dangling one) is refused, naming it.
     fs::create_symlink(victim, dir + "/metrics.jsonl");
     REQUIRE_THROWS_WITH(append_line(dir + "/metrics.jsonl", "{}", "train"),
-                        Contains("cannot append to '" + dir + "/metrics.jsonl'") &&
-                            Contains("symbolic link"));
+                        ContainsSubstring("cannot append to '" + dir + "/metrics.jsonl'") &&
+                            ContainsSubstring("symbolic link"));
     fs::create_symlink("/tmp/fg_rd_links_nothing", dir + "/dangling.jsonl");
     REQUIRE_THROWS_WITH(append_line(dir + "/dangling.jsonl", "{}", "train"),
-                        Contains("symbolic link"));
+                        ContainsSubstring("symbolic link"));
     CHECK_FALSE(fs::exists("/tmp/fg_rd_links_nothing"));
     CHECK(victim_text() == "precious\n");
     // A FIFO is refused at once, not waited on.
     REQUIRE(::mkfifo((dir + "/fifo.jsonl").c_str(), 0644) == 0);
     REQUIRE_THROWS_WITH(append_line(dir + "/fifo.jsonl", "{}", "train"),
-                        Contains("cannot append to '" + dir + "/fifo.jsonl'"));
+                        ContainsSubstring("cannot append to '" + dir + "/fifo.jsonl'"));
     // A new run's directory holding a planted link is refused before anything is written.
     fs::remove_all(dir);
     fs::create_directories(dir);
     fs::create_symlink(victim, dir + "/metrics.jsonl");
     std::ostringstream log;
     REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
-                        Contains("holds 'metrics.jsonl', which fusegrad did not write"));
+                        ContainsSubstring("holds 'metrics.jsonl', which fusegrad did not write"));
     CHECK(victim_text() == "precious\n");
 }
 
@@ -425,8 +424,8 @@ TEST_CASE("a failed best save says so and keeps the last checkpoint", "[run_dir]
     Trainer t(c, log);
     fs::create_directories(dir + "/best.safetensors");
     REQUIRE_THROWS_WITH(t.run(),
-                        Contains("[checkpoint] saving the best weights at step 2 failed") &&
-                            Contains("the last good checkpoint in '" + dir + "' is kept"));
+                        ContainsSubstring("[checkpoint] saving the best weights at step 2 failed") &&
+                            ContainsSubstring("the last good checkpoint in '" + dir + "' is kept"));
 }
 
 TEST_CASE("a run too large for the device's memory is refused before anything is written",
@@ -441,10 +440,10 @@ TEST_CASE("a run too large for the device's memory is refused before anything is
     Config c = tiny(dir, 2);
     c.train.batch_size = 1000000000000;  // terabytes of activations
     REQUIRE_THROWS_WITH(Trainer(c, log),
-                        Contains("[train] one step of this run needs about") &&
-                            Contains("TiB: parameters") && Contains("activations") &&
-                            Contains("(train.batch_size 1000000000000 x ") &&
-                            Contains("available: reduce train.batch_size"));
+                        ContainsSubstring("[train] one step of this run needs about") &&
+                            ContainsSubstring("TiB: parameters") && ContainsSubstring("activations") &&
+                            ContainsSubstring("(train.batch_size 1000000000000 x ") &&
+                            ContainsSubstring("available: reduce train.batch_size"));
     CHECK_FALSE(fs::exists(dir));
     // Switched off, the check lets the run be built (it would fail at its first batch).
     c.train.memory_check = false;
@@ -454,7 +453,7 @@ TEST_CASE("a run too large for the device's memory is refused before anything is
     fs::remove_all(dir);
     std::ostringstream fits;
     Trainer t(tiny(dir, 2), fits);
-    CHECK_THAT(fits.str(), Contains("memory per step (estimated): "));
+    CHECK_THAT(fits.str(), ContainsSubstring("memory per step (estimated): "));
 }
 
 TEST_CASE("leftovers of an interrupted save block nothing", "[run_dir]") {
@@ -493,8 +492,8 @@ TEST_CASE("a non-finite loss stops the run before the update, keeping the last c
     c.train.checkpoint_interval = 1;
     std::ostringstream log;
     Trainer t(c, log);
-    REQUIRE_THROWS_WITH(t.run(), Contains("[train] the training loss at step 2 is") &&
-                                     Contains("stopped before updating the weights"));
+    REQUIRE_THROWS_WITH(t.run(), ContainsSubstring("[train] the training loss at step 2 is") &&
+                                     ContainsSubstring("stopped before updating the weights"));
     CHECK(t.step() == 1);
     REQUIRE(has_checkpoint(dir));
     CHECK(verified_checkpoint(dir).step == 1);  // the last checkpoint, of a finite step
@@ -506,7 +505,7 @@ TEST_CASE("resume refuses a vocabulary that changed", "[run_dir]") {
     const auto before = snapshot(dir);
     std::ostringstream log;
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
-                        Contains("is not the one in '" + dir + "/vocab.txt'"));
+                        ContainsSubstring("is not the one in '" + dir + "/vocab.txt'"));
     CHECK(snapshot(dir) == before);
 }
 
@@ -526,14 +525,14 @@ TEST_CASE("damaged train_state metadata is named, not 'stoull' or 'map::at'", "[
             if (v.empty()) state.metadata.erase(k);
             else state.metadata[k] = v;
         });
-        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), Contains(expected));
+        REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log), ContainsSubstring(expected));
     }
 }
 
 TEST_CASE("a shape too large to count is an error, not an overflow", "[run_dir][errors]") {
     REQUIRE_THROWS_WITH(shape_numel({std::int64_t{1} << 62, 8}),
-                        Contains("[tensor] shape") &&
-                            Contains("more elements than a 64-bit count"));
+                        ContainsSubstring("[tensor] shape") &&
+                            ContainsSubstring("more elements than a 64-bit count"));
     REQUIRE_THROWS_WITH(shape_numel({3, -2}),
-                        Contains("[tensor] shape (3, -2) has a negative dim"));
+                        ContainsSubstring("[tensor] shape (3, -2) has a negative dim"));
 }

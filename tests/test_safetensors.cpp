@@ -13,7 +13,6 @@
 #include "train/safetensors.h"
 
 using namespace fg;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -84,29 +83,29 @@ TEST_CASE("truncated and corrupt safetensors files are refused", "[checkpoint][e
     save_safetensors(path, {{"w", test::random_f32({64, 64})}});
     std::string good = read_all(path);
     write_all(path, good.substr(0, good.size() - 100));
-    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("[checkpoint]") && Contains("tensor 'w'") &&
-                                                    Contains("truncated file?"));
+    REQUIRE_THROWS_WITH(load_safetensors(path), ContainsSubstring("[checkpoint]") && ContainsSubstring("tensor 'w'") &&
+                                                    ContainsSubstring("truncated file?"));
     write_all(path, good.substr(0, 5));
-    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("is truncated: 5 bytes, no header"));
+    REQUIRE_THROWS_WITH(load_safetensors(path), ContainsSubstring("is truncated: 5 bytes, no header"));
     std::string corrupt = good;
     corrupt[8] = '#';  // the header's opening brace
     write_all(path, corrupt);
-    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("has a corrupt header"));
+    REQUIRE_THROWS_WITH(load_safetensors(path), ContainsSubstring("has a corrupt header"));
     std::string huge = good;
     huge[7] = '\x7f';  // header length far beyond the file
     write_all(path, huge);
-    REQUIRE_THROWS_WITH(load_safetensors(path), Contains("the header claims"));
-    REQUIRE_THROWS_WITH(load_safetensors("/nonexistent/m.safetensors"), Contains("cannot read"));
+    REQUIRE_THROWS_WITH(load_safetensors(path), ContainsSubstring("the header claims"));
+    REQUIRE_THROWS_WITH(load_safetensors("/nonexistent/m.safetensors"), ContainsSubstring("cannot read"));
 }
 
 TEST_CASE("safetensors writes and headers that cannot be right", "[checkpoint][errors]") {
     Tensor t = test::random_f32({4});
     REQUIRE_THROWS_WITH(save_safetensors("/nonexistent/dir/m.safetensors", {{"w", t}}),
-                        Contains("[checkpoint] cannot create a temporary file beside '/nonexistent/dir/m.safetensors'"));
+                        ContainsSubstring("[checkpoint] cannot create a temporary file beside '/nonexistent/dir/m.safetensors'"));
     REQUIRE_THROWS_WITH(save_safetensors("/tmp/fg_test_names.safetensors", {{"w", t}, {"w", t}}),
-                        Contains("tensor name 'w' is reserved or repeated"));
+                        ContainsSubstring("tensor name 'w' is reserved or repeated"));
     REQUIRE_THROWS_WITH(save_safetensors("/tmp/fg_test_names.safetensors", {{"__metadata__", t}}),
-                        Contains("tensor name '__metadata__' is reserved or repeated"));
+                        ContainsSubstring("tensor name '__metadata__' is reserved or repeated"));
     auto with_header = [](const std::string& json) {
         std::string bytes(8, '\0');
         for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
@@ -115,22 +114,22 @@ TEST_CASE("safetensors writes and headers that cannot be right", "[checkpoint][e
         return "/tmp/fg_test_header.safetensors";
     };
     REQUIRE_THROWS_WITH(load_safetensors(with_header(R"({"w": {"dtype": "Q7", "shape": [4], "data_offsets": [0, 16]}})")),
-                        Contains("tensor 'w' has a malformed entry"));
+                        ContainsSubstring("tensor 'w' has a malformed entry"));
     REQUIRE_THROWS_WITH(load_safetensors(with_header(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}})")),
-                        Contains("tensor 'w' of shape (3) needs 12 bytes, the header gives 16"));
-    REQUIRE_THROWS_WITH(load_safetensors(with_header(R"([1, 2])")), Contains("has a corrupt header: not an object"));
+                        ContainsSubstring("tensor 'w' of shape (3) needs 12 bytes, the header gives 16"));
+    REQUIRE_THROWS_WITH(load_safetensors(with_header(R"([1, 2])")), ContainsSubstring("has a corrupt header: not an object"));
     REQUIRE_THROWS_WITH(
         load_safetensors(with_header(R"({"w": {"dtype": "F32", "shape": ["a"], "data_offsets": [0, 4]}})")),
-        Contains("tensor 'w' has a malformed entry"));
+        ContainsSubstring("tensor 'w' has a malformed entry"));
     REQUIRE_THROWS_WITH(load_safetensors("/tmp"),
-                        Contains("[checkpoint] '/tmp' is a directory, not a safetensors file"));
+                        ContainsSubstring("[checkpoint] '/tmp' is a directory, not a safetensors file"));
     // Tensors that share bytes: refused before anything is allocated (a crafted header could
     // otherwise name the same few bytes for any number of tensors).
     REQUIRE_THROWS_WITH(
         load_safetensors(with_header(
             R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},)"
             R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})")),
-        Contains("tensors 'a' [0, 16) and 'b' [8, 16) overlap"));
+        ContainsSubstring("tensors 'a' [0, 16) and 'b' [8, 16) overlap"));
     // Back to back, and empty tensors anywhere, are fine.
     const SafetensorsFile ok = load_safetensors(with_header(
         R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
@@ -153,7 +152,7 @@ TEST_CASE("a crafted header cannot make a small file cost much memory", "[checkp
     write_all("/tmp/fg_test_overlap.safetensors", bytes);
     rusage before{}, after{};
     ::getrusage(RUSAGE_SELF, &before);
-    REQUIRE_THROWS_WITH(load_safetensors("/tmp/fg_test_overlap.safetensors"), Contains("overlap"));
+    REQUIRE_THROWS_WITH(load_safetensors("/tmp/fg_test_overlap.safetensors"), ContainsSubstring("overlap"));
     ::getrusage(RUSAGE_SELF, &after);
     CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // KiB: under 64 MiB more at peak
 }

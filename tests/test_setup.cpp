@@ -13,11 +13,12 @@ namespace {
 
 const bool g_poison_on = (fg::set_poison_new_tensors(true), true);
 
-struct InitialGeneratorsPerTestCase : Catch::TestEventListenerBase {
-    using TestEventListenerBase::TestEventListenerBase;
+struct InitialGeneratorsPerTestCase : fg::test::EventListenerBase {
+    using Base = fg::test::EventListenerBase;
+    using Base::Base;
     void testCaseStarting(Catch::TestCaseInfo const& info) override {
         fg::test::reset_generators();
-        TestEventListenerBase::testCaseStarting(info);
+        Base::testCaseStarting(info);
     }
 };
 

@@ -24,7 +24,6 @@
 #include "train/trainer.h"
 
 using namespace fg;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -143,9 +142,9 @@ TEST_CASE("llm.c GPT-2 shards: windows of one file, shifted targets, seeded", "[
     CHECK(data.vocab().size() == 50257);
     CHECK(data.vocab().chars() == "tokens: gpt2 50257\n");
     CHECK_THAT(data.describe(),
-               Contains("llm.c shards (GPT-2: magic 20240520, version 1, uint16") &&
-                   Contains("training 3 files") && Contains("validation 1 file") &&
-                   Contains("vocabulary gpt2 50257"));
+               ContainsSubstring("llm.c shards (GPT-2: magic 20240520, version 1, uint16") &&
+                   ContainsSubstring("training 3 files") && ContainsSubstring("validation 1 file") &&
+                   ContainsSubstring("vocabulary gpt2 50257"));
 
     // Every window of every training file is drawn (12 + 22 + 1 = 35 windows; 50 x 16 rows), and
     // nothing else: a row lies inside one file, targets are the inputs shifted by one.
@@ -203,7 +202,7 @@ TEST_CASE("llm.c LLaMA-3 shards and nanoGPT's raw uint16 files", "[token_data]")
     ShardData llama(dir + "/l_train_*.bin", dir + "/l_val_*.bin", TokenFormat::llmc, 0, 8);
     CHECK(llama.version() == 7);
     CHECK(llama.vocab().chars() == "tokens: llama3 128256\n");
-    CHECK_THAT(llama.describe(), Contains("LLaMA-3: magic 20240801, version 7, uint32 ids"));
+    CHECK_THAT(llama.describe(), ContainsSubstring("LLaMA-3: magic 20240801, version 7, uint32 ids"));
     Generator gen(3);
     Batch b = llama.batch(Split::train, 4, gen, Device::cpu);
     const std::vector<std::int32_t> x = ids_of(b.inputs), y = ids_of(b.targets);
@@ -221,7 +220,7 @@ TEST_CASE("llm.c LLaMA-3 shards and nanoGPT's raw uint16 files", "[token_data]")
     CHECK(raw.version() == 0);
     CHECK(raw.tokens(Split::train) == 100);
     CHECK(raw.vocab().chars() == "tokens: uint16 50257\n");
-    CHECK_THAT(raw.describe(), Contains("raw uint16 token files (nanoGPT's)"));
+    CHECK_THAT(raw.describe(), ContainsSubstring("raw uint16 token files (nanoGPT's)"));
     Batch r = raw.batch(Split::train, 4, gen, Device::cpu);
     const std::vector<std::int32_t> rx = ids_of(r.inputs), ry = ids_of(r.targets);
     for (std::size_t i = 0; i < rx.size(); ++i) {
@@ -247,40 +246,40 @@ TEST_CASE("token shards: every bad input names the file and what is wrong",
     // The header.
     const std::string magic = write_llmc(dir + "/magic.bin", run_of(0, 50), 12345);
     CHECK_THAT(shard_error(magic, val),
-               Contains("[data] '" + magic +
+               ContainsSubstring("[data] '" + magic +
                         "' does not start with one of llm.c's magic numbers, "
                         "20240520 (GPT-2, uint16 ids) or 20240801 (LLaMA-3, uint32 ids): its first "
                         "int32 is 12345; not an llm.c shard (data.format: llmc); nanoGPT's") &&
-                   Contains("need data.format: raw_uint16"));
+                   ContainsSubstring("need data.format: raw_uint16"));
     const std::string nanogpt = write_raw(dir + "/nanogpt.bin", run_of(0, 600));
     CHECK_THAT(shard_error(nanogpt, val),
-               Contains("does not start with one of llm.c's magic numbers"));
+               ContainsSubstring("does not start with one of llm.c's magic numbers"));
     const std::string tiny = dir + "/tiny.bin";
     std::ofstream(tiny, std::ios::binary) << std::string(100, 'x');
     CHECK_THAT(shard_error(tiny, val),
-               Contains("'" + tiny +
+               ContainsSubstring("'" + tiny +
                         "' is 100 bytes, shorter than the 1024-byte header of llm.c's "
                         "shards (data.format: llmc)"));
     const std::string v2 = write_llmc(dir + "/v2.bin", run_of(0, 50), kGpt2Magic, 2);
     CHECK_THAT(
         shard_error(v2, val),
-        Contains("'" + v2 +
+        ContainsSubstring("'" + v2 +
                  "' has llm.c's GPT-2 magic number 20240520 but header version 2; "
                  "llm.c writes version 1 with it (uint16 ids), and fusegrad reads no other"));
     const std::string l1 = write_llmc(dir + "/l1.bin", run_of(0, 50), kLlama3Magic, 1, 4);
     CHECK_THAT(shard_error(l1, val),
-               Contains("has llm.c's LLaMA-3 magic number 20240801 but header "
+               ContainsSubstring("has llm.c's LLaMA-3 magic number 20240801 but header "
                         "version 1; llm.c writes version 7 with it (uint32 ids)"));
     const std::string negative =
         write_llmc(dir + "/negative.bin", run_of(0, 50), kGpt2Magic, 1, 2, -5);
     CHECK_THAT(shard_error(negative, val),
-               Contains("'" + negative + "': its header's token count is -5 (negative"));
+               ContainsSubstring("'" + negative + "': its header's token count is -5 (negative"));
 
     // The file's size against the header.
     const std::string truncated =
         write_llmc(dir + "/truncated.bin", run_of(0, 100), kGpt2Magic, 1, 2, kCountOfIds, 20);
     CHECK_THAT(shard_error(truncated, val),
-               Contains("'" + truncated +
+               ContainsSubstring("'" + truncated +
                         "': its header (GPT-2, version 1) says 100 tokens of 2 "
                         "bytes, so the file should be 1024 + 100 x 2 = 1224 bytes, but it is 1204 "
                         "bytes (20 bytes missing: truncated, or a header claiming more tokens than "
@@ -288,68 +287,68 @@ TEST_CASE("token shards: every bad input names the file and what is wrong",
     const std::string claims =
         write_llmc(dir + "/claims.bin", run_of(0, 50), kGpt2Magic, 1, 2, 1000);
     CHECK_THAT(shard_error(claims, val),
-               Contains("says 1000 tokens of 2 bytes, so the file should be 1024 + 1000 x 2 = 3024 "
+               ContainsSubstring("says 1000 tokens of 2 bytes, so the file should be 1024 + 1000 x 2 = 3024 "
                         "bytes, but it is 1124 bytes (1900 bytes missing"));
     const std::string extra = write_llmc(dir + "/extra.bin", run_of(0, 50), kGpt2Magic, 1, 2, 40);
-    CHECK_THAT(shard_error(extra, val), Contains("(20 bytes more than the header says)"));
+    CHECK_THAT(shard_error(extra, val), ContainsSubstring("(20 bytes more than the header says)"));
     const std::string wide = write_llmc(dir + "/wide.bin", run_of(0, 50), kLlama3Magic, 7, 2);
     CHECK_THAT(shard_error(wide, val),
-               Contains("says 50 tokens of 4 bytes, so the file should be 1024 + "
+               ContainsSubstring("says 50 tokens of 4 bytes, so the file should be 1024 + "
                         "50 x 4 = 1224 bytes, but it is 1124 bytes"));
 
     // Too short for one window of block_size + 1.
     const std::string short_shard = write_llmc(dir + "/short.bin", run_of(0, 8));
     CHECK_THAT(shard_error(good, short_shard),
-               Contains("'" + short_shard +
+               ContainsSubstring("'" + short_shard +
                         "' holds 8 tokens, fewer than one window of "
                         "block_size + 1 = 9"));
     CHECK(shard_error(good, short_shard, TokenFormat::llmc, 0, 7).empty());
     const std::string empty_header = write_llmc(dir + "/empty.bin", {});
-    CHECK_THAT(shard_error(empty_header, val), Contains("holds 0 tokens, fewer than one window"));
+    CHECK_THAT(shard_error(empty_header, val), ContainsSubstring("holds 0 tokens, fewer than one window"));
 
     // The patterns.
     CHECK_THAT(shard_error(dir + "/nothing_*.bin", val),
-               Contains("[data] no file matches data.path '" + dir + "/nothing_*.bin'"));
+               ContainsSubstring("[data] no file matches data.path '" + dir + "/nothing_*.bin'"));
     CHECK_THAT(
         shard_error(good, dir + "/no_val.bin"),
-        Contains("[data] cannot read '" + dir + "/no_val.bin' (data.val_path): no such file"));
-    CHECK_THAT(shard_error(dir, val), Contains("'" + dir + "' (data.path '" + dir +
+        ContainsSubstring("[data] cannot read '" + dir + "/no_val.bin' (data.val_path): no such file"));
+    CHECK_THAT(shard_error(dir, val), ContainsSubstring("'" + dir + "' (data.path '" + dir +
                                                "') is a directory: data.path takes "
                                                "shard files, as a file or a glob pattern, e.g. " +
                                                dir + "/*train*.bin for data.path and " + dir +
                                                "/*val*.bin for data.val_path"));
     fs::create_directories(dir + "/sub_dir");
     CHECK_THAT(shard_error(dir + "/sub*", val),
-               Contains("'" + dir + "/sub_dir' (data.path '" + dir + "/sub*') is a directory"));
-    CHECK_THAT(shard_error("", val), Contains("[data] data.path is empty"));
+               ContainsSubstring("'" + dir + "/sub_dir' (data.path '" + dir + "/sub*') is a directory"));
+    CHECK_THAT(shard_error("", val), ContainsSubstring("[data] data.path is empty"));
     fs::create_directories(dir + "/both");  // the validation file matches the training pattern
     write_llmc(dir + "/both/fineweb_train_000001.bin", run_of(0, 50));
     const std::string both = write_llmc(dir + "/both/fineweb_val_000000.bin", run_of(0, 50));
     CHECK_THAT(shard_error(dir + "/both/*.bin", both),
-               Contains("'" + both + "' is both a training shard (data.path '" + dir +
+               ContainsSubstring("'" + both + "' is both a training shard (data.path '" + dir +
                         "/both/*.bin') and a validation shard (data.val_path '" + both +
                         "'): give each split its own files"));
 
     // All shards of one kind.
     const std::string llama = write_llama3(dir + "/llama.bin", run_of(0, 50));
     CHECK_THAT(shard_error(good, llama),
-               Contains("'" + llama + "' is an llm.c shard of version 7 but '" + good +
+               ContainsSubstring("'" + llama + "' is an llm.c shard of version 7 but '" + good +
                         "' is of version 1: the shards of a run must hold the same kind of ids"));
 
     // nanoGPT's layout.
     const std::string odd = dir + "/odd.bin";
     std::ofstream(odd, std::ios::binary) << std::string(101, '\0');
     CHECK_THAT(shard_error(odd, val, TokenFormat::raw_uint16),
-               Contains("'" + odd +
+               ContainsSubstring("'" + odd +
                         "' is 101 bytes, not a whole number of 2-byte ids "
                         "(data.format: raw_uint16"));
     CHECK_THAT(shard_error(good, val, TokenFormat::raw_uint16),
-               Contains("'" + good +
+               ContainsSubstring("'" + good +
                         "' starts with llm.c's magic number 20240520: it is an llm.c "
                         "shard, which data.format: llmc reads"));
     CHECK_THAT(shard_error(write_raw(dir + "/raw_short.bin", run_of(0, 5)), nanogpt,
                            TokenFormat::raw_uint16),
-               Contains("holds 5 tokens, fewer than one window"));
+               ContainsSubstring("holds 5 tokens, fewer than one window"));
 
     // Ids outside the vocabulary: found by the batch that reads them, with the file and place.
     std::vector<std::uint32_t> ids = run_of(0, 9);
@@ -359,7 +358,7 @@ TEST_CASE("token shards: every bad input names the file and what is wrong",
     Generator gen(1);
     CHECK(shard_error(bad, val).empty());  // opening does not read the ids
     REQUIRE_THROWS_WITH(bad_data.batch(Split::train, 1, gen, Device::cpu),
-                        Contains("[data] '" + bad +
+                        ContainsSubstring("[data] '" + bad +
                                  "' holds token id 50300 (token 5 of the file), "
                                  "outside the vocabulary [0, 50257) (tokens: gpt2 50257; "
                                  "data.vocab_size sets the size, 0: the format's)"));
@@ -371,7 +370,7 @@ TEST_CASE("token shards: every bad input names the file and what is wrong",
         } catch (const Error& e) {
             threw = true;
             CHECK_THAT(std::string(e.what()),
-                       Contains("outside the vocabulary [0, 40) (tokens: gpt2 40"));
+                       ContainsSubstring("outside the vocabulary [0, 40) (tokens: gpt2 40"));
         }
     }
     CHECK(threw);
@@ -386,17 +385,17 @@ TEST_CASE("token shards: every bad input names the file and what is wrong",
         return std::string();
     };
     CHECK_THAT(config_error({}),
-               Contains("data.path: data.kind is shards, so data.path must name the "
+               ContainsSubstring("data.path: data.kind is shards, so data.path must name the "
                         "training shards") &&
-                   Contains("data.val_path: data.kind is shards, so data.val_path "
+                   ContainsSubstring("data.val_path: data.kind is shards, so data.val_path "
                             "must name the validation shards"));
     CHECK_THAT(config_error({"data.path=a.bin", "data.val_path=b.bin", "data.format=npy"}),
-               Contains("data.format: must be one of llmc, raw_uint16, got \"npy\""));
+               ContainsSubstring("data.format: must be one of llmc, raw_uint16, got \"npy\""));
     CHECK_THAT(config_error({"data.path=a.bin", "data.val_path=b.bin", "data.vocab_size=-1"}),
-               Contains("data.vocab_size: must be >= 0"));
+               ContainsSubstring("data.vocab_size: must be >= 0"));
     CHECK(config_error({"data.path=a.bin", "data.val_path=b.bin"}).empty());
     CHECK_THAT(config_error({"data.kind=tokens"}),
-               Contains("must be one of addition, text, shards, random_tokens"));
+               ContainsSubstring("must be one of addition, text, shards, random_tokens"));
 }
 
 TEST_CASE("a FIFO as a token shard is refused at once, not waited on", "[token_data][errors]") {
@@ -404,7 +403,7 @@ TEST_CASE("a FIFO as a token shard is refused at once, not waited on", "[token_d
     ::unlink(fifo.c_str());
     REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
     REQUIRE_THROWS_WITH(ShardData(fifo, fifo, TokenFormat::raw_uint16, 0, 8),
-                        Contains("'" + fifo + "' is not a regular file (a FIFO, socket or device)"));
+                        ContainsSubstring("'" + fifo + "' is not a regular file (a FIFO, socket or device)"));
 }
 
 TEST_CASE("random tokens: uniform ids from the seed, no files", "[token_data]") {
@@ -448,25 +447,25 @@ TEST_CASE("the token vocabulary: vocab.txt, prompts as ids, decode", "[token_dat
     CHECK(v.decode({50256, 464, 3290}) == "50256 464 3290");
     CHECK(v.encode(v.decode({1, 2, 3})) == std::vector<std::int32_t>{1, 2, 3});
     CHECK_THROWS_WITH(v.encode("Hello world", "prompt"),
-                      Contains("[data] prompt 'Hello' at position 0 is not a token id: this "
+                      ContainsSubstring("[data] prompt 'Hello' at position 0 is not a token id: this "
                                "vocabulary is 50257 ids of a tokenizer fusegrad does not have "
                                "(tokens: gpt2 50257), so give ids separated by spaces"));
     CHECK_THROWS_WITH(v.encode("1 50257", "prompt"),
-                      Contains("[data] prompt token id 50257 at position 2 is outside [0, 50257)"));
-    CHECK_THROWS_WITH(v.encode("12x", "prompt"), Contains("'12x' at position 0 is not a token id"));
-    CHECK_THROWS_WITH(v.encode("  ", "prompt"), Contains("[data] prompt holds no token ids"));
-    CHECK_THROWS_WITH(v.decode({50257}), Contains("token id 50257 is outside [0, 50257)"));
+                      ContainsSubstring("[data] prompt token id 50257 at position 2 is outside [0, 50257)"));
+    CHECK_THROWS_WITH(v.encode("12x", "prompt"), ContainsSubstring("'12x' at position 0 is not a token id"));
+    CHECK_THROWS_WITH(v.encode("  ", "prompt"), ContainsSubstring("[data] prompt holds no token ids"));
+    CHECK_THROWS_WITH(v.decode({50257}), ContainsSubstring("token id 50257 is outside [0, 50257)"));
     // vocab.txt reads back into the same vocabulary, of either kind.
     CHECK(Vocab::parse(v.chars()).chars() == v.chars());
     CHECK(Vocab::parse(v.chars()).is_tokens());
     CHECK(Vocab::parse("+0123456789=").size() == 12);
     CHECK_FALSE(Vocab::parse("+0123456789=").is_tokens());
-    CHECK_THROWS_WITH(Vocab::parse("tokens: gpt2\n"), Contains("is not 'tokens: NAME SIZE'"));
+    CHECK_THROWS_WITH(Vocab::parse("tokens: gpt2\n"), ContainsSubstring("is not 'tokens: NAME SIZE'"));
     CHECK_THROWS_WITH(Vocab::parse("tokens: gpt2 50257 extra\n"),
-                      Contains("is not 'tokens: NAME SIZE'"));
+                      ContainsSubstring("is not 'tokens: NAME SIZE'"));
     CHECK_THROWS_WITH(Vocab::parse("tokens: gpt2 50257"),
-                      Contains("is not exactly 'tokens: gpt2 50257' and a newline"));
-    CHECK_THROWS_WITH(Vocab::tokens("gpt2", 0), Contains("must be in [1, 2^31 - 1]"));
+                      ContainsSubstring("is not exactly 'tokens: gpt2 50257' and a newline"));
+    CHECK_THROWS_WITH(Vocab::tokens("gpt2", 0), ContainsSubstring("must be in [1, 2^31 - 1]"));
 }
 
 TEST_CASE("training on random tokens: three steps, resume, eval, sample", "[token_data][trainer]") {
@@ -496,10 +495,10 @@ TEST_CASE("training on random tokens: three steps, resume, eval, sample", "[toke
     std::ostringstream log;
     CHECK_THROWS_WITH(
         Trainer(tiny_token_run("/tmp/fg_tokens_small", 3, {"model.vocab_size=32"}), log),
-        Contains("model.vocab_size (32) is smaller than the data's vocabulary (64)"));
+        ContainsSubstring("model.vocab_size (32) is smaller than the data's vocabulary (64)"));
     std::ofstream("/tmp/fg_tokens_split/vocab.txt", std::ios::binary) << "tokens: random 65\n";
     CHECK_THROWS_WITH(Trainer::resume("/tmp/fg_tokens_split", {}, log),
-                      Contains("is not the one in '/tmp/fg_tokens_split/vocab.txt'"));
+                      ContainsSubstring("is not the one in '/tmp/fg_tokens_split/vocab.txt'"));
 }
 
 TEST_CASE("training on llm.c shards: three steps, resume, eval", "[token_data][trainer]") {
@@ -524,7 +523,7 @@ TEST_CASE("training on llm.c shards: three steps, resume, eval", "[token_data][t
     CHECK(read_text("/tmp/fg_shards_full/vocab.txt") == "tokens: gpt2 50\n");
     LoadedModel run = load_run("/tmp/fg_shards_full", true, Device::cpu);
     std::unique_ptr<Dataset> data = make_dataset(run.config);
-    CHECK_THAT(data->describe(), Contains("training 2 files"));
+    CHECK_THAT(data->describe(), ContainsSubstring("training 2 files"));
     EvalResult e = evaluate_model(*run.model, *data, run.config, Device::cpu);
     CHECK(std::isfinite(e.train_loss));
     CHECK(std::isfinite(e.val_loss));
@@ -532,7 +531,7 @@ TEST_CASE("training on llm.c shards: three steps, resume, eval", "[token_data][t
     std::ostringstream log;
     fs::remove_all("/tmp/fg_shards_log");
     Trainer t(make("/tmp/fg_shards_log"), log);
-    CHECK_THAT(log.str(), Contains("data: llm.c shards (GPT-2") && Contains("vocabulary gpt2 50"));
+    CHECK_THAT(log.str(), ContainsSubstring("data: llm.c shards (GPT-2") && ContainsSubstring("vocabulary gpt2 50"));
 }
 
 TEST_CASE("configs/gpt2_124m.yaml: GPT-2 small, trainable without a download",

@@ -13,7 +13,6 @@
 #include "train/trainer.h"
 
 using namespace fg;
-using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -35,14 +34,14 @@ TEST_CASE("a resumed run repeats the uninterrupted losses bit for bit", "[traine
         REQUIRE(fs::exists(fs::path("/tmp/fg_run_full") / f));
     std::ifstream svg("/tmp/fg_run_full/loss_curve.svg");
     std::string text((std::istreambuf_iterator<char>(svg)), {});
-    REQUIRE_THAT(text, Contains("<svg") && Contains("<polyline") && Contains("validation loss"));
+    REQUIRE_THAT(text, ContainsSubstring("<svg") && ContainsSubstring("<polyline") && ContainsSubstring("validation loss"));
     // Two runs on one pair of axes: both labels in the legend, four lines.
     write_loss_curves({{"fusegrad", "/tmp/fg_run_full/metrics.jsonl"},
                        {"again", "/tmp/fg_run_full/metrics.jsonl"}},
                       "/tmp/fg_run_full/both.svg", "two runs");
     std::ifstream both_file("/tmp/fg_run_full/both.svg");
     std::string both((std::istreambuf_iterator<char>(both_file)), {});
-    REQUIRE_THAT(both, Contains("fusegrad: train loss") && Contains("again: validation loss"));
+    REQUIRE_THAT(both, ContainsSubstring("fusegrad: train loss") && ContainsSubstring("again: validation loss"));
     std::size_t lines = 0;
     for (std::size_t at = both.find("<polyline"); at != std::string::npos; at = both.find("<polyline", at + 1)) ++lines;
     REQUIRE(lines == 4);
@@ -56,23 +55,23 @@ TEST_CASE("trainer bad inputs: an error, and nothing half-written", "[trainer][e
         t.run();
     }
     REQUIRE_THROWS_WITH(Trainer(tiny_run("/tmp/fg_run_errors", 3), log),
-                        Contains("already holds a run (checkpoint.json): resume it with --resume"));
+                        ContainsSubstring("already holds a run (checkpoint.json): resume it with --resume"));
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/fg_run_errors", {"model.n_embd=32"}, log),
-                        Contains("[resume] model.n_embd cannot change when resuming") &&
-                            Contains("(16 -> 32)"));
-    REQUIRE_THROWS_WITH(Trainer::resume("/tmp/nonexistent_run", {}, log), Contains("holds no checkpoint"));
+                        ContainsSubstring("[resume] model.n_embd cannot change when resuming") &&
+                            ContainsSubstring("(16 -> 32)"));
+    REQUIRE_THROWS_WITH(Trainer::resume("/tmp/nonexistent_run", {}, log), ContainsSubstring("holds no checkpoint"));
     Config text = tiny_run("/tmp/fg_run_text", 3);
     text.data.kind = "text";
     text.data.path = "/nonexistent/input.txt";
-    REQUIRE_THROWS_WITH(Trainer(text, log), Contains("[data] cannot read '/nonexistent/input.txt'"));
+    REQUIRE_THROWS_WITH(Trainer(text, log), ContainsSubstring("[data] cannot read '/nonexistent/input.txt'"));
     if (!cuda_is_available()) {
         Config cuda = tiny_run("/tmp/fg_run_cuda", 3);
         cuda.train.device = "cuda";
-        REQUIRE_THROWS_WITH(Trainer(cuda, log), Contains("[train.device: cuda]"));
+        REQUIRE_THROWS_WITH(Trainer(cuda, log), ContainsSubstring("[train.device: cuda]"));
     }
     Config small = tiny_run("/tmp/fg_run_small", 3);
     small.model.block_size = 4;
-    REQUIRE_THROWS_WITH(Trainer(small, log), Contains("model.block_size (4) is shorter than one addition problem"));
+    REQUIRE_THROWS_WITH(Trainer(small, log), ContainsSubstring("model.block_size (4) is shorter than one addition problem"));
 }
 
 TEST_CASE("greedy generation is deterministic", "[trainer]") {
@@ -94,31 +93,31 @@ TEST_CASE("more trainer bad inputs", "[trainer][errors]") {
     Config big_vocab = tiny_run("/tmp/fg_run_vocab", 2);
     big_vocab.model.vocab_size = 5;  // addition needs 12 characters
     REQUIRE_THROWS_WITH(Trainer(big_vocab, log),
-                        Contains("[train] model.vocab_size (5) is smaller than the data's vocabulary (12)"));
+                        ContainsSubstring("[train] model.vocab_size (5) is smaller than the data's vocabulary (12)"));
     fs::remove_all("/tmp/fg_run_opt");
     {
         Trainer t(tiny_run("/tmp/fg_run_opt", 2), log);
         t.run();
     }
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/fg_run_opt", {"optim.name=sgd"}, log),
-                        Contains("[resume] optim.name cannot change when resuming '/tmp/fg_run_opt': (\"adamw\" -> \"sgd\")"));
+                        ContainsSubstring("[resume] optim.name cannot change when resuming '/tmp/fg_run_opt': (\"adamw\" -> \"sgd\")"));
     fs::remove("/tmp/fg_run_opt/vocab.txt");
     REQUIRE_THROWS_WITH(load_run("/tmp/fg_run_opt", false, Device::cpu),
-                        Contains("[load] '/tmp/fg_run_opt' has no vocab.txt"));
+                        ContainsSubstring("[load] '/tmp/fg_run_opt' has no vocab.txt"));
     REQUIRE_THROWS_WITH(write_loss_curve("/nonexistent/metrics.jsonl", "/tmp/x.svg", "t"),
-                        Contains("[plot] cannot read '/nonexistent/metrics.jsonl'"));
+                        ContainsSubstring("[plot] cannot read '/nonexistent/metrics.jsonl'"));
     REQUIRE_THROWS_WITH(write_loss_curve("/tmp/fg_run_opt/metrics.jsonl", "/nonexistent/d/c.svg", "t"),
-                        Contains("[plot] cannot create a temporary file beside '/nonexistent/d/c.svg'"));
+                        ContainsSubstring("[plot] cannot create a temporary file beside '/nonexistent/d/c.svg'"));
 }
 
 TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
     std::string half = progress_line(50, 100, 1.23456, 20.0, 100);
     CHECK(half.find("[===============>") == 0);  // 15 of 30 filled, then the arrow
-    CHECK_THAT(half, Contains("50/100") && Contains("loss 1.2346") && Contains("20.0 ms/step") &&
-                         Contains("ETA 0:01"));
+    CHECK_THAT(half, ContainsSubstring("50/100") && ContainsSubstring("loss 1.2346") && ContainsSubstring("20.0 ms/step") &&
+                         ContainsSubstring("ETA 0:01"));
     CHECK(half.size() <= 100);
     CHECK(progress_line(100, 100, 1.0, 10.0).find("[" + std::string(30, '=') + "]") == 0);
-    CHECK_THAT(progress_line(0, 400000, 1.0, 10.0), Contains("ETA 1:06:40"));
+    CHECK_THAT(progress_line(0, 400000, 1.0, 10.0), ContainsSubstring("ETA 1:06:40"));
     CHECK(progress_line(5, 10, 1.0, 1.0, 20).find('[') == std::string::npos);  // too narrow: text only
 
     CHECK(peak_tflops("NVIDIA H200", "tf32") == 494.7);
@@ -137,11 +136,11 @@ TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
     Trainer t(tiny_run("/tmp/fg_run_metrics", 2), log);
     t.set_progress_bar(true);
     t.run();
-    CHECK_THAT(log.str(), Contains("\r[") && Contains("2/2"));
+    CHECK_THAT(log.str(), ContainsSubstring("\r[") && ContainsSubstring("2/2"));
     std::ifstream m("/tmp/fg_run_metrics/metrics.jsonl");
     std::string first;
     std::getline(m, first);
-    CHECK_THAT(first, Contains("\"tokens_per_s\"") && !Contains("\"mfu\""));
+    CHECK_THAT(first, ContainsSubstring("\"tokens_per_s\"") && !ContainsSubstring("\"mfu\""));
 }
 
 TEST_CASE("generation draws only ids of the data's vocabulary, and plot text is escaped", "[trainer]") {
@@ -161,8 +160,8 @@ TEST_CASE("generation draws only ids of the data's vocabulary, and plot text is 
                       "/tmp/fg_plot_escape/p.svg", "<title> & more");
     std::ifstream svg("/tmp/fg_plot_escape/p.svg");
     std::string text((std::istreambuf_iterator<char>(svg)), {});
-    CHECK_THAT(text, Contains("&lt;title&gt; &amp; more") &&
-                         Contains("a&lt;b &amp; &quot;c&quot;: train loss"));
+    CHECK_THAT(text, ContainsSubstring("&lt;title&gt; &amp; more") &&
+                         ContainsSubstring("a&lt;b &amp; &quot;c&quot;: train loss"));
     for (const auto& e : fs::directory_iterator("/tmp/fg_plot_escape"))  // no temporary left
         CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
     // Lines no training step writes (a step of 1e308 or below 0, an infinite loss) are skipped,
