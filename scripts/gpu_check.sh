@@ -114,7 +114,7 @@ for step in $what; do
             rm -rf "$runs" && mkdir -p "$runs"
             plots=()
             for precision in ${FG_PRECISIONS:-bf16}; do
-                build-gpu/train/fusegrad train configs/shakespeare_char.yaml \
+                build-gpu/bin/fusegrad train configs/shakespeare_char.yaml \
                     --set data.path="$GPU_DATA/tinyshakespeare.txt" \
                     --set train.out_dir="$runs/fusegrad_$precision" --set train.precision="$precision" \
                     --set train.steps="$steps" --set train.eval_iters="$eval_iters" ${FG_SET:-} \
@@ -131,7 +131,7 @@ for step in $what; do
                     > "$runs/$name.log" 2>&1 || status=1
                 plots+=("PyTorch $mode=$runs/$name/metrics.jsonl")
             done
-            build-gpu/train/fusegrad plot "$out/loss_curves.svg" "${plots[@]}" \
+            build-gpu/bin/fusegrad plot "$out/loss_curves.svg" "${plots[@]}" \
                 --title "shakespeare_char: fusegrad and PyTorch" || status=1
             python3 bench/train_report.py "$runs" | tee "$out/train_table.md"
             (cd "$runs" && tar czf "$out/shakespeare_runs.tar.gz" --exclude='*.safetensors' .)
@@ -143,7 +143,7 @@ for step in $what; do
             runs=/tmp/fg-seeds
             rm -rf "$runs" && mkdir -p "$runs"
             for seed in ${SEEDS:-1337 1 2}; do
-                build-gpu/train/fusegrad train configs/shakespeare_char.yaml --max-steps "${SEED_STEPS:-2250}" \
+                build-gpu/bin/fusegrad train configs/shakespeare_char.yaml --max-steps "${SEED_STEPS:-2250}" \
                     --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$runs/fusegrad_$seed" \
                     --set train.seed="$seed" > "$runs/fusegrad_$seed.log" 2>&1 || status=1
                 python3 bench/train_torch.py configs/shakespeare_char.yaml "$runs/torch_$seed" --seed "$seed" \
@@ -167,7 +167,7 @@ print(" ".join("%d:%.4f" % (r["step"], r["val_loss"]) for r in rows), " best %.4
             for run in 16:true 16:false $(for b in ${GPT2_BATCHES:-}; do echo "$b:true"; done); do
                 b=${run%%:*} graph=${run##*:} dir=/tmp/fg-gpt2-$b-$graph
                 rm -rf "$dir"
-                build-gpu/train/fusegrad train configs/gpt2_124m.yaml $g --set train.batch_size="$b" \
+                build-gpu/bin/fusegrad train configs/gpt2_124m.yaml $g --set train.batch_size="$b" \
                     --set kernels.cuda_graph="$graph" --set train.out_dir="$dir" --max-steps 40 \
                     > "$out/gpt2_${b}_$graph.log" 2>&1 || status=1
                 python3 - "$dir/metrics.jsonl" "fusegrad $b x 1024, cuda_graph=$graph" <<'PY' || status=1
@@ -193,7 +193,7 @@ PY
             rm -rf /tmp/fg-breakdown
             ncu --metrics gpu__time_duration.sum --csv --print-units base \
                 --launch-skip "${BREAKDOWN_SKIP:-2200}" --launch-count "${BREAKDOWN_COUNT:-3000}" \
-                build-gpu/train/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
+                build-gpu/bin/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
                 --set train.grad_accum=1 --set kernels.cuda_graph=false --set train.eval_interval=100000 \
                 --set train.out_dir=/tmp/fg-breakdown --max-steps 16 > "$out/breakdown.csv" \
                 2> "$out/breakdown.err" || status=1
@@ -207,7 +207,7 @@ PY
             else
                 n=${NANOGPT_STEPS:-300} dir=/tmp/fg-nanogpt-fusegrad
                 rm -rf "$dir"
-                build-gpu/train/fusegrad train configs/shakespeare_char.yaml --max-steps "$n" \
+                build-gpu/bin/fusegrad train configs/shakespeare_char.yaml --max-steps "$n" \
                     --set data.path="$GPU_DATA/tinyshakespeare.txt" --set train.out_dir="$dir" \
                     --set train.eval_interval=100000 > "$out/nanogpt_fusegrad.log" 2>&1 || status=1
                 python3 - "$dir/metrics.jsonl" <<'PY' || status=1
@@ -224,7 +224,7 @@ PY
         ddp)
             export NCCL_NVLS_ENABLE=0
             if [ "${DDP_TEST:-1}" = 1 ]; then
-                bash tests/distributed_gpu.sh build-gpu/train/fusegrad \
+                bash tests/distributed_gpu.sh build-gpu/bin/fusegrad \
                     > "$out/distributed_gpu.log" 2>&1 || status=1
                 tail -1 "$out/distributed_gpu.log"
             fi
@@ -254,7 +254,7 @@ PY
                             ln -sfn "$runs/fusegrad-zero0_${model}_1" "$dir"
                             continue
                         fi
-                        build-gpu/train/fusegrad train $cfg $sets $common --set train.batch_size=$b \
+                        build-gpu/bin/fusegrad train $cfg $sets $common --set train.batch_size=$b \
                             --set train.zero=$zero --set train.exchange_dtype=$wire \
                             --set train.out_dir="$dir" --max-steps $steps --ranks "$n" \
                             > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
@@ -298,7 +298,7 @@ PY
                     done
                     dir=/tmp/fg-phases-$n-$(echo "$variant" | tr -c 'A-Za-z0-9_.=\n' '_')
                     rm -rf "$dir"
-                    env "${envs[@]}" build-gpu/train/fusegrad train configs/gpt2_124m.yaml \
+                    env "${envs[@]}" build-gpu/bin/fusegrad train configs/gpt2_124m.yaml \
                         --set data.kind=random_tokens --set train.grad_accum=1 \
                         --set train.eval_interval=100000 --set train.checkpoint_interval=100000 \
                         --set train.phase_times=true --set train.batch_size=$((16 * n)) \

@@ -12,7 +12,7 @@
 #            without cuDNN's attention.
 set -euo pipefail
 packages=(cmake g++ ninja-build pkg-config libyaml-cpp-dev catch2 libopenblas-dev nlohmann-json3-dev
-    libxxhash-dev)
+    libxxhash-dev libcli11-dev)
 cudnn=0
 for arg in "$@"; do
     case $arg in

@@ -14,7 +14,7 @@ import argparse
 import pathlib
 import sys
 
-BUDGET = 11930  # the count on 2026-11-27: lowered as code leaves the path, never raised lightly
+BUDGET = 11426  # the count on 2026-11-27 (11,930 before cli/ left train/): lowered as code leaves
 TEACHING_PATH = ["core", "layers", "models", "kernels/norm", "train"]
 SUFFIXES = {".h", ".cpp", ".cu", ".cuh", ".def"}
 

@@ -10,7 +10,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFG_BUILD_TESTS=OFF \
     -DFG_BUILD_BENCH=OFF >/dev/null
 cmake --build build/release -j "$(nproc)"
-fusegrad=./build/release/train/fusegrad
+fusegrad=./build/release/bin/fusegrad
 run="runs/addition-$(date +%Y%m%d-%H%M%S)"
 $fusegrad info
 $fusegrad train configs/addition.yaml --set "train.out_dir=$run" "$@"

@@ -175,7 +175,7 @@ TEST_CASE(
               "fusegrad was built without CUDA");
     // A bad value is a config error naming the choices.
     REQUIRE_THROWS_WITH(parse_config("kernels:\n  attention: flash\n", "x.yaml"),
-                        ContainsSubstring("x.yaml:2:14: error: kernels.attention: must be one of auto, "
+                        ContainsSubstring("x.yaml:2:14: kernels.attention: must be one of auto, "
                                  "cudnn, fused"));
 }
 

@@ -221,7 +221,7 @@ public:
         std::ostringstream out;
         out << origin_;
         if (!mark.is_null()) out << ":" << mark.line + 1 << ":" << mark.column + 1;
-        out << ": error: " << path << ": " << what;
+        out << ": " << path << ": " << what;
         errors_.push_back(out.str());
     }
 
@@ -296,7 +296,7 @@ public:
         auto eq = text.find('=');
         auto dot = text.find('.');
         if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
-            errors_.push_back("--set " + text + ": error: expected key.path=value");
+            errors_.push_back("--set " + text + ": expected key.path=value");
             return;
         }
         std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1);

@@ -1,4 +1,4 @@
-// train/demo.h: `fusegrad demo`, a tour of the core in one function: a two-layer MLP classifier
+// cli/demo.h: `fusegrad demo`, a tour of the core in one function: a two-layer MLP classifier
 // trained with autograd and plain SGD on a synthetic, seeded task.
 #pragma once
 

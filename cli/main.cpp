@@ -1,0 +1,395 @@
+// cli/main.cpp: the `fusegrad` command. Its commands and their options are declared with CLI11
+// (`fusegrad --help`, `fusegrad COMMAND --help`); each command's body is a few calls into train/
+// (or kernels/norm/ for norm-plan). The only place that catches exceptions: it prints
+// "error: ..." once and exits non-zero (2 for a bad command line, 1 for anything else).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/cuda_backend.h"
+#include "core/error.h"
+#include "demo.h"
+#include "kernels/norm/explain.h"
+#include "launch_ranks.h"
+#include "train/plot.h"
+#include "train/trainer.h"
+
+namespace {
+
+bool g_progress_bar = false;  // the trainer draws one (train, on a terminal)
+
+const std::vector<std::string> kDevices{"auto", "cpu", "cuda"};
+
+fg::Device parse_device(const std::string& value) {
+    if (value == "cpu") return fg::Device::cpu;
+    if (value == "cuda") {
+        fg::cuda_backend("--device cuda");  // a clear error when there is no GPU
+        return fg::Device::cuda;
+    }
+    return fg::cuda_is_available() ? fg::Device::cuda : fg::Device::cpu;  // auto
+}
+
+// `--device auto|cpu|cuda` on `command`.
+CLI::Option* add_device(CLI::App* command, std::string& device) {
+    return command->add_option("--device", device, "where to run: auto (a GPU if there is one), "
+                               "cpu or cuda")
+        ->check(CLI::IsMember(kDevices))
+        ->capture_default_str();
+}
+
+// A validator of numbers above `low` (or at least `low`): finite, and the message names the bound.
+CLI::Validator number_above(double low, bool or_equal) {
+    const std::string bound = (or_equal ? ">= " : "> ") + CLI::detail::to_string(low);
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            double v = 0.0;
+            const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) &&
+                            (or_equal ? v >= low : v > low);
+            return ok ? "" : "needs a finite number " + bound + ", got '" + text + "'";
+        },
+        "NUMBER " + bound);
+}
+
+// `fusegrad info`.
+int info() {
+    std::printf("fusegrad 0.1.0, built %s CUDA\n", fg::built_with_cuda() ? "with" : "without");
+    if (!fg::cuda_is_available()) {
+        std::printf("cuda device: none\n");
+        return 0;
+    }
+    fg::CudaBackend& cuda = fg::cuda_backend("info");
+    fg::CudaDeviceInfo d = cuda.device_info();
+    std::printf("cuda device: %s, %d SMs, %.1f GiB\n", d.name.c_str(), d.sm_count,
+                d.total_bytes / (1024.0 * 1024 * 1024));
+    const std::string why = fg::cudnn_attention_unsupported(fg::Device::cuda, fg::DType::bf16, 64);
+    std::printf("cuDNN attention: %s\n", why.empty() ? "available" : why.c_str());
+    const std::string no_nccl = cuda.nccl_unavailable();
+    std::printf("NCCL (several GPUs): %s\n",
+                no_nccl.empty() ? cuda.nccl_version().c_str() : no_nccl.c_str());
+    return 0;
+}
+
+struct TrainArgs {
+    std::string config, resume;
+    std::vector<std::string> overrides;
+    long max_steps = -1;  // stop early; the schedule still spans train.steps
+    long ranks = 0;       // launch this many ranks of the command
+};
+
+// `fusegrad train`. `args` is the whole command line, passed on to the ranks without --ranks.
+int train(const TrainArgs& a, const std::vector<std::string>& args) {
+    FG_CHECK(a.config.empty() != a.resume.empty(), "cli",
+             "train takes a config file or --resume RUN_DIR (one of them)");
+    if (a.ranks > 0) {
+        FG_CHECK(std::getenv("WORLD_SIZE") == nullptr, "cli", "--ranks starts its own ranks, "
+                 "but WORLD_SIZE is already set (this process is a rank of another launch)");
+        std::vector<std::string> rank_args;
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            if (args[i] == "--ranks") ++i;  // and its value
+            else if (args[i].rfind("--ranks=", 0) != 0) rank_args.push_back(args[i]);
+        }
+        return fg::cli::launch_ranks(a.ranks, rank_args);
+    }
+    // Ctrl-C, and the SIGTERM a scheduler sends before it kills: finish the step, save, exit.
+    std::signal(SIGINT, [](int) { fg::Trainer::request_stop(); });
+    std::signal(SIGTERM, [](int) { fg::Trainer::request_stop(); });
+    std::unique_ptr<fg::Trainer> trainer =
+        a.resume.empty()
+            ? std::make_unique<fg::Trainer>(fg::load_config(a.config, a.overrides), std::cout)
+            : fg::Trainer::resume(a.resume, a.overrides, std::cout);
+    g_progress_bar = isatty(STDOUT_FILENO) == 1;
+    trainer->set_progress_bar(g_progress_bar);
+    trainer->run(a.max_steps);
+    return fg::Trainer::stop_requested() ? 130 : 0;
+}
+
+struct SampleArgs {
+    std::string run_dir, prompt, device = "auto";
+    long max_new = 64, top_k = 0;
+    unsigned long long seed = 0;
+    double temperature = 1.0;
+    bool best = false;
+};
+
+// `fusegrad sample`.
+int sample(const SampleArgs& a, bool prompt_given) {
+    FG_CHECK(!prompt_given || !a.prompt.empty(), "cli", "--prompt is empty; give some text");
+    const fg::Device device = parse_device(a.device);
+    fg::LoadedModel run = fg::load_run(a.run_dir, a.best, device);
+    std::string prompt = a.prompt;
+    if (prompt.empty() && run.config.data.kind == "addition") prompt = "12+34=";
+    FG_CHECK(!prompt.empty(), "cli", "sample needs --prompt TEXT");
+    std::vector<std::int32_t> ids = run.vocab.encode(prompt, "prompt");
+    fg::Generator gen(a.seed);
+    fg::Tensor start = fg::Tensor::from_vector(ids, {1, (std::int64_t)ids.size()}, device);
+    fg::Tensor out = fg::generate(*run.model, start, a.max_new, a.temperature, a.top_k, gen,
+                                  run.vocab.size());
+    std::printf("%s\n", run.vocab.decode(out.to_vector<std::int32_t>()).c_str());
+    return 0;
+}
+
+// `fusegrad eval`: reads the run directory, writes nothing.
+int eval(const SampleArgs& a) {
+    const fg::Device device = parse_device(a.device);
+    fg::LoadedModel run = fg::load_run(a.run_dir, a.best, device);
+    std::unique_ptr<fg::Dataset> data = fg::make_dataset(run.config);
+    FG_CHECK(data->vocab().chars() == run.vocab.chars(), "eval", "the data's vocabulary (",
+             data->vocab().size(), " tokens) is not the one in '", a.run_dir, "/vocab.txt' (",
+             run.vocab.size(), " tokens): did the data file change?");
+    fg::EvalResult e = fg::evaluate_model(*run.model, *data, run.config, device);
+    std::printf("train loss %.4f, val loss %.4f", e.train_loss, e.val_loss);
+    if (e.accuracy >= 0) std::printf(", held-out exact match %.1f%%", 100 * e.accuracy);
+    std::printf("\n");
+    return 0;
+}
+
+struct PlotArgs {
+    std::string out, title = "loss";
+    std::vector<std::string> sources;
+    double y_max = 0.0;
+};
+
+// `fusegrad plot`.
+int plot(const PlotArgs& a) {
+    std::vector<fg::LossCurveSource> runs;
+    for (const std::string& s : a.sources) {
+        const std::size_t eq = s.find('=');
+        FG_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < s.size(), "cli",
+                 "plot takes LABEL=METRICS.jsonl, got '", s, "'");
+        runs.push_back({s.substr(0, eq), s.substr(eq + 1)});
+    }
+    fg::write_loss_curves(runs, a.out, a.title, a.y_max);
+    return 0;
+}
+
+struct NormPlanArgs {
+    long long rows = 16384, cols = 0;
+    std::string norm = "layer", dtype = "bf16", weights = "f32", gpu = "h100";
+    std::string weight = "yes", bias, residual = "no", dh = "no", zero_centered = "no";
+    std::string misaligned = "no", reduction = "auto";
+};
+
+// `fusegrad norm-plan`: kernels/norm/explain.h's account of one call's plan.
+int norm_plan(const NormPlanArgs& a) {
+    namespace np = fg::kernels::norm_plan;
+    using fg::kernels::NormKind;
+    using fg::kernels::NormReduction;
+    np::NormCall call;
+    call.rows = a.rows;
+    call.cols = a.cols;
+    call.kind = a.norm == "rms" ? NormKind::rms : NormKind::layer;
+    call.elem_bytes = a.dtype == "f32" ? 4 : 2;
+    call.weight = a.weight == "yes";
+    // LayerNorm modules have a bias and RMSNorm ones do not, unless told otherwise.
+    call.bias = a.bias.empty() ? call.kind == NormKind::layer : a.bias == "yes";
+    call.residual = a.residual == "yes";
+    call.dh = a.dh == "yes";
+    call.zero_centered = a.zero_centered == "yes";
+    call.partials = true;
+    call.reduction = a.reduction == "grid"     ? NormReduction::grid
+                     : a.reduction == "locked" ? NormReduction::locked
+                                               : NormReduction::automatic;
+    call.weight_bytes = a.weights == "f32" ? 4 : call.elem_bytes;
+    call.vector_ok = a.misaligned == "no" && call.cols % (16 / call.elem_bytes) == 0;
+    np::NormDevice device;
+    try {
+        device = np::norm_device_named(a.gpu);
+    } catch (const std::invalid_argument& e) {
+        fg::fail("norm-plan", "--gpu: ", e.what());
+    }
+    std::printf("%s %s, %lld x %lld, weights %s%s%s%s%s, %s 16-byte vectors, on %s:\n",
+                call.kind == NormKind::rms ? "rmsnorm" : "layernorm", a.dtype.c_str(), call.rows,
+                call.cols, call.weight_bytes == 4 ? "f32" : a.dtype.c_str(),
+                call.weight ? "" : ", no weight", call.bias ? ", bias" : "",
+                call.residual ? ", fused residual" : "", call.dh ? ", dh" : "",
+                call.vector_ok ? "with" : "without", a.gpu.c_str());
+    std::fputs(np::explain_plan(call, device, fg::kernels::NormTuning{}).c_str(), stdout);
+    return 0;
+}
+
+// The command line, parsed; the chosen command's body is run by the caller.
+int run(int argc, char** argv) {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    CLI::App app{"fusegrad: train a GPT from a YAML config, sample and evaluate it, and more.",
+                 "fusegrad"};
+    app.require_subcommand(1);
+    app.set_help_all_flag("--help-all", "every command's options");
+
+    TrainArgs t;
+    CLI::App* train_cmd = app.add_subcommand(
+        "train", "train a GPT from a YAML config, or resume a run (Ctrl-C or SIGTERM saves a "
+                 "checkpoint and stops)");
+    train_cmd->add_option("config", t.config, "the config file (configs/*.yaml)");
+    train_cmd->add_option("--resume", t.resume, "go on with the run in this directory")
+        ->excludes(train_cmd->get_option("config"));
+    train_cmd->add_option("--set", t.overrides,
+                          "change a config key, key.path=value (repeatable; on --resume, only "
+                          "the keys a resume may change)")
+        ->allow_extra_args(false);
+    train_cmd->add_option("--max-steps", t.max_steps,
+                          "stop after this step, the schedule unchanged (--resume goes on)")
+        ->check(CLI::Range(1L, 1000000000L));
+    train_cmd->add_option("--ranks", t.ranks,
+                          "start this many processes on this host, each a share of every batch "
+                          "(data parallel); a rank that fails stops the others")
+        ->check(CLI::Range(1L, 1024L));
+
+    SampleArgs s;
+    CLI::App* sample_cmd =
+        app.add_subcommand("sample", "continue a prompt with a trained model");
+    sample_cmd->add_option("run_dir", s.run_dir, "the run directory")->required();
+    CLI::Option* prompt = sample_cmd->add_option(
+        "--prompt", s.prompt, "the text to continue (the addition task: 12+34= if not given)");
+    sample_cmd->add_option("--max-new-tokens", s.max_new, "tokens to generate")
+        ->check(CLI::Range(1L, 1000000L))
+        ->capture_default_str();
+    sample_cmd->add_option("--temperature", s.temperature,
+                           "divides the logits before sampling; 0 is greedy")
+        ->check(number_above(0, true))
+        ->capture_default_str();
+    sample_cmd->add_option("--top-k", s.top_k, "sample among the k likeliest tokens (0: all)")
+        ->check(CLI::Range(0L, 1000000000L))
+        ->capture_default_str();
+    sample_cmd->add_option("--seed", s.seed, "the sampling generator's seed")
+        ->capture_default_str();
+    sample_cmd->add_flag("--best", s.best, "the best validation checkpoint, not the latest");
+    add_device(sample_cmd, s.device);
+
+    SampleArgs e;
+    CLI::App* eval_cmd = app.add_subcommand(
+        "eval", "train and validation loss of a run (and held-out accuracy for addition)");
+    eval_cmd->add_option("run_dir", e.run_dir, "the run directory")->required();
+    eval_cmd->add_flag("--best", e.best, "the best validation checkpoint, not the latest");
+    add_device(eval_cmd, e.device);
+
+    PlotArgs p;
+    CLI::App* plot_cmd = app.add_subcommand(
+        "plot", "train and validation loss of one or more runs on the same axes, as SVG");
+    plot_cmd->add_option("out", p.out, "the SVG file to write")->required();
+    plot_cmd->add_option("runs", p.sources, "LABEL=METRICS.jsonl, one a run")->required();
+    plot_cmd->add_option("--title", p.title, "the plot's title")->capture_default_str();
+    plot_cmd->add_option("--y-max", p.y_max, "the top of the loss axis (default: the data's)")
+        ->check(number_above(0, false));
+
+    fg::DemoOptions d;
+    std::string demo_device = "auto";
+    CLI::App* demo_cmd = app.add_subcommand(
+        "demo", "train a small MLP with fusegrad's autograd (a tour of the core)");
+    add_device(demo_cmd, demo_device);
+    demo_cmd->add_option("--steps", d.steps, "SGD steps")
+        ->check(CLI::Range(1, 10000000))
+        ->capture_default_str();
+    demo_cmd->add_option("--seed", d.seed, "the task's and the weights' seed")
+        ->capture_default_str();
+
+    CLI::App* info_cmd =
+        app.add_subcommand("info", "the build and the devices fusegrad can use");
+
+    NormPlanArgs n;
+    CLI::App* plan_cmd = app.add_subcommand(
+        "norm-plan", "which fused norm kernels a call of this shape runs, and why (the rule "
+                     "ids of docs/norms.md); needs no GPU");
+    plan_cmd->add_option("--cols", n.cols, "the length of a row")
+        ->required()
+        ->check(CLI::Range(1LL, 1LL << 30));
+    plan_cmd->add_option("--rows", n.rows, "rows")
+        ->check(CLI::Range(1LL, 1LL << 40))
+        ->capture_default_str();
+    auto choice = [&](const char* flag, std::string& value, std::vector<std::string> allowed,
+                      const char* help) {
+        plan_cmd->add_option(flag, value, help)
+            ->check(CLI::IsMember(std::move(allowed)))
+            ->capture_default_str();
+    };
+    const std::vector<std::string> yes_no{"yes", "no"};
+    choice("--norm", n.norm, {"rms", "layer"}, "RMSNorm or LayerNorm");
+    choice("--dtype", n.dtype, {"bf16", "f16", "f32"}, "the input's dtype");
+    choice("--weights", n.weights, {"f32", "input"}, "weights in f32 or in the input's dtype");
+    choice("--weight", n.weight, yes_no, "a weight");
+    choice("--bias", n.bias, yes_no, "a bias (default: LayerNorm yes, RMSNorm no)");
+    choice("--residual", n.residual, yes_no, "the residual add fused in");
+    choice("--dh", n.dh, yes_no, "a gradient for the residual sum too");
+    choice("--zero-centered", n.zero_centered, yes_no, "the weight stored as w - 1");
+    choice("--misaligned", n.misaligned, yes_no, "operands off a 16-byte boundary");
+    choice("--reduction", n.reduction, {"auto", "grid", "locked"}, "the dw / db strategy");
+    plan_cmd->add_option("--gpu", n.gpu, "h100, h200 or a100")->capture_default_str();
+
+    if (args.empty()) {
+        std::fputs(app.help().c_str(), stdout);
+        return 2;
+    }
+    const std::vector<CLI::App*> commands = app.get_subcommands([](CLI::App*) { return true; });
+    const bool known = std::any_of(commands.begin(), commands.end(),
+                                   [&](CLI::App* c) { return c->check_name(args[0]); });
+    if (args[0][0] != '-' && !known) {
+        std::fprintf(stderr, "error: unknown command '%s' (fusegrad --help lists the commands)\n",
+                     args[0].c_str());
+        return 2;
+    }
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp&) {
+        const std::vector<CLI::App*> chosen = app.get_subcommands();
+        std::fputs((chosen.empty() ? app.help() : chosen[0]->help()).c_str(), stdout);
+        return 0;
+    } catch (const CLI::CallForAllHelp&) {
+        std::fputs(app.help("", CLI::AppFormatMode::All).c_str(), stdout);
+        return 0;
+    } catch (const CLI::ParseError& error) {
+        const std::vector<CLI::App*> chosen = app.get_subcommands();
+        const std::string help =
+            chosen.empty() ? "fusegrad --help" : "fusegrad " + chosen[0]->get_name() + " --help";
+        std::fprintf(stderr, "error: %s (%s lists the options)\n", error.what(), help.c_str());
+        return 2;
+    }
+    if (train_cmd->parsed()) return train(t, args);
+    if (sample_cmd->parsed()) return sample(s, prompt->count() > 0);
+    if (eval_cmd->parsed()) return eval(e);
+    if (plot_cmd->parsed()) return plot(p);
+    if (demo_cmd->parsed()) {
+        d.device = parse_device(demo_device);
+        fg::run_demo(d);
+        return 0;
+    }
+    if (info_cmd->parsed()) return info();
+    return norm_plan(n);
+}
+
+// On a terminal the progress bar may be the line the cursor is on: erase it first, so that an
+// error is a line of its own, not the bar's tail.
+void end_progress_line() {
+    std::cout.flush();
+    if (g_progress_bar) {
+        std::fputs("\r\x1b[K", stdout);
+        std::fflush(stdout);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::bad_alloc&) {
+        end_progress_line();
+        std::fprintf(stderr, "error: out of host memory (std::bad_alloc): reduce "
+                             "train.batch_size, model.block_size or the model's size\n");
+        return 1;
+    } catch (const std::exception& e) {
+        end_progress_line();
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
