@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
                 std::vector<Row> part = bench_shape(timer, s, p);
                 rows.insert(rows.end(), part.begin(), part.end());
             }
-        const std::string why = cudnn_attention_unsupported(Device::cuda, DType::bf16, 64);
+        const std::string why = cudnn_attention_unsupported({Device::cuda, DType::bf16, 64});
         if (!why.empty()) std::printf("no cuDNN rows: %s\n", why.c_str());
         for (Shape5 s : {Shape5{64, 6, 256, 64}, Shape5{16, 12, 1024, 64}})
             for (double p : {0.0, 0.2}) {

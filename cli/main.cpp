@@ -73,7 +73,7 @@ int info() {
     fg::CudaDeviceInfo d = cuda.device_info();
     std::printf("cuda device: %s, %d SMs, %.1f GiB\n", d.name.c_str(), d.sm_count,
                 d.total_bytes / (1024.0 * 1024 * 1024));
-    const std::string why = fg::cudnn_attention_unsupported(fg::Device::cuda, fg::DType::bf16, 64);
+    const std::string why = fg::cudnn_attention_unsupported({fg::Device::cuda, fg::DType::bf16, 64});
     std::printf("cuDNN attention: %s\n", why.empty() ? "available" : why.c_str());
     const std::string no_nccl = cuda.nccl_unavailable();
     std::printf("NCCL (several GPUs): %s\n",

@@ -121,9 +121,23 @@ Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropo
 // refused (such calls run it between permutes: the same result, more copies), or "" while it has
 // refused none. The trainer logs it.
 std::string packed_cudnn_attention_failure();
-// Why cuDNN's fused attention cannot run on a qkv on `device` of `dtype` with head size
-// `head_dim`, or "" when it can (which asks the GPU, and starts cuDNN, the first time).
-std::string cudnn_attention_unsupported(Device device, DType dtype, std::int64_t head_dim);
+// A call of causal attention, as the choice of its kernels sees it.
+struct AttentionCall {
+    Device device = Device::cpu;
+    DType dtype = DType::f32;
+    std::int64_t head_dim = 0;
+    std::int64_t seq_len = 2;      // T
+    bool records_backward = true;  // training (a forward-only call: evaluation, sampling)
+    bool aligned = true;           // qkv's data on a 16-byte boundary
+};
+// Why cuDNN's fused attention cannot run `call`, or "" when it can (which asks the GPU, and
+// starts cuDNN, the first time): CUDA, bf16 or f16, the head sizes cuDNN takes, aligned data,
+// and T >= 2 for a call that records a backward.
+std::string cudnn_attention_unsupported(const AttentionCall& call);
+// Whether causal attention under `backend` runs cuDNN's kernels for `call` (the rule under
+// AttentionBackend above; with cudnn, a call cuDNN cannot run is the op's error). The op, the
+// trainer's memory estimate and `fusegrad info` all ask this one function.
+bool attention_runs_cudnn(const AttentionCall& call, AttentionBackend backend);
 
 // ---- layout and conversion (ops/layout.cpp) -------------------------------------------------
 Tensor reshape(const Tensor& x, const Shape& shape);  // view; one dim may be -1

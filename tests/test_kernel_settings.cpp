@@ -168,11 +168,25 @@ TEST_CASE(
     REQUIRE_THROWS_WITH(causal_attention(qkv, 0.0, true, {AttentionBackend::cudnn}),
                         ContainsSubstring("[causal_attention] the cudnn backend cannot run this call: the "
                                  "tensors are on the CPU"));
-    CHECK(cudnn_attention_unsupported(Device::cpu, DType::bf16, 64).find("on the CPU") !=
+    CHECK(cudnn_attention_unsupported({Device::cpu, DType::bf16, 64}).find("on the CPU") !=
           std::string::npos);
     if (!built_with_cuda())
-        CHECK(cudnn_attention_unsupported(Device::cuda, DType::bf16, 64) ==
+        CHECK(cudnn_attention_unsupported({Device::cuda, DType::bf16, 64}) ==
               "fusegrad was built without CUDA");
+    // What the op asks beyond the type (answered before the GPU is asked, so on any machine):
+    // aligned data, and T >= 2 for a call that records a backward.
+    CHECK(cudnn_attention_unsupported({Device::cuda, DType::bf16, 64, 16, true, false}) ==
+          "qkv's data is not 16-byte aligned (a view at an odd offset)");
+    CHECK(cudnn_attention_unsupported({Device::cuda, DType::bf16, 64, 1, true}) ==
+          "cuDNN's backward takes sequences of T >= 2, not 1");
+    CHECK(cudnn_attention_unsupported({Device::cuda, DType::f32, 64}).find("f32") !=
+          std::string::npos);
+    // Which backends run it: never fused; automatic only for calls that record a backward.
+    const AttentionCall forward_only{Device::cuda, DType::bf16, 64, 1, false};
+    CHECK_FALSE(attention_runs_cudnn(forward_only, AttentionBackend::fused));
+    CHECK_FALSE(attention_runs_cudnn(forward_only, AttentionBackend::automatic));
+    CHECK_FALSE(attention_runs_cudnn({Device::cpu, DType::bf16, 64}, AttentionBackend::cudnn));
+    CHECK_FALSE(attention_runs_cudnn({Device::cuda, DType::bf16, 64, 1}, AttentionBackend::automatic));
     // A bad value is a config error naming the choices.
     REQUIRE_THROWS_WITH(parse_config("kernels:\n  attention: flash\n", "x.yaml"),
                         ContainsSubstring("x.yaml:2:14: kernels.attention: must be one of auto, "

@@ -86,11 +86,9 @@ AttentionBackend attention_backend(const Config& c) {
                                             : AttentionBackend::automatic;
 }
 
-// True when the attention of this config's model on `device` runs cuDNN's fused kernels (which
-// keep no (T, T) buffer: the memory estimate differs).
-bool attention_runs_cudnn(const Config& c, Device device) {
-    return attention_backend(c) != AttentionBackend::fused &&
-           cudnn_attention_unsupported(device, compute_dtype(c), head_dim(c)).empty();
+// The attention calls of this config's training steps on `device`, as the op sees them.
+AttentionCall training_attention(const Config& c, Device device) {
+    return {device, compute_dtype(c), head_dim(c), c.model.block_size, true, true};
 }
 
 }  // namespace
@@ -134,7 +132,7 @@ void configure_kernels(Module& model, const Config& c) {
     if (attention == AttentionBackend::cudnn) {
         const std::vector<Tensor*> params = model.parameters();
         const Device device = params.empty() ? Device::cpu : params.front()->device();
-        const std::string why = cudnn_attention_unsupported(device, compute_dtype(c), head_dim(c));
+        const std::string why = cudnn_attention_unsupported(training_attention(c, device));
         FG_CHECK(why.empty(), "train", "kernels.attention is cudnn, but cuDNN's fused attention "
                  "cannot run this model: ", why, "; set kernels.attention to auto or fused");
     }
@@ -159,7 +157,8 @@ TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t se
     // Each rank holds its share of the batch.
     TrainingMemory need = estimate_training_memory(g, c.train.batch_size / world_size, seq_len,
                                                    c.optim.name == "sgd" ? 1 : 2,
-                                                   attention_runs_cudnn(c, device));
+                                                   attention_runs_cudnn(training_attention(c, device),
+                                                                        attention_backend(c)));
     if (world_size > 1) {
         // The gradients live in the exchange's buckets, all of them from the step's start; bf16
         // sums travel as rounded copies of the buckets (half their bytes); ZeRO-1 keeps
@@ -229,7 +228,8 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     // Kernels are a matter of speed: a run trained with kernels.attention=cudnn is still read
     // where cuDNN cannot run (sample or eval on the CPU), with the automatic choice.
     Config kernels = out.config;
-    if (kernels.kernels.attention == "cudnn" && !attention_runs_cudnn(kernels, device))
+    if (kernels.kernels.attention == "cudnn" &&
+        !cudnn_attention_unsupported(training_attention(kernels, device)).empty())
         kernels.kernels.attention = "auto";
     configure_kernels(*out.model, kernels);
     // The latest weights as --resume reads them: the checkpoint the manifest names, every file's

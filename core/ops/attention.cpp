@@ -151,25 +151,17 @@ void scores(const Tensor& qkv, Tensor& s, const AttentionShape& a) {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-// Whether this call runs cuDNN's kernels: never with the fused backend (or on an empty qkv, which
-// has nothing to compute); with cudnn always, or an error saying why it cannot; with automatic
-// where it can, for calls that record a backward (training). A forward-only call (evaluation,
-// sampling) keeps the fused kernels under automatic: sampling grows T by one token at a time, and
-// cuDNN would build (and compile) a graph for every new T. Besides the type and head size
-// (cudnn_attention_unsupported), a call needs 16-byte aligned data, and one that records a
-// backward T >= 2 (cuDNN's backward refuses T = 1).
+// Whether this call runs cuDNN's kernels (attention_runs_cudnn; never on an empty qkv, which has
+// nothing to compute); with the cudnn backend, a call cuDNN cannot run is an error saying why.
 bool use_cudnn(const Tensor& qkv, std::int64_t t, std::int64_t d, AttentionBackend backend) {
-    if (backend == AttentionBackend::fused || qkv.numel() == 0) return false;
-    const bool backward = needs_grad({qkv});
-    if (backend == AttentionBackend::automatic && !backward) return false;
-    std::string why = cudnn_attention_unsupported(qkv.device(), qkv.dtype(), d);
-    if (why.empty() && !aligned16(qkv.raw_data()))
-        why = "qkv's data is not 16-byte aligned (a view at an odd offset)";
-    if (why.empty() && t == 1 && backward)
-        why = "cuDNN's backward takes sequences of T >= 2, not 1";
-    FG_CHECK(why.empty() || backend != AttentionBackend::cudnn, "causal_attention",
-             "the cudnn backend cannot run this call: ", why);
-    return why.empty();
+    if (qkv.numel() == 0) return false;
+    const AttentionCall call{qkv.device(), qkv.dtype(), d, t, needs_grad({qkv}),
+                             aligned16(qkv.raw_data())};
+    if (backend == AttentionBackend::cudnn) {
+        const std::string why = cudnn_attention_unsupported(call);
+        FG_CHECK(why.empty(), "causal_attention", "the cudnn backend cannot run this call: ", why);
+    }
+    return attention_runs_cudnn(call, backend);
 }
 
 // qkv (3, B, H, T, D) -> out (B, H, T, D), both contiguous.
@@ -277,16 +269,28 @@ const char* attention_backend_name(AttentionBackend backend) {
     return "unknown";
 }
 
-std::string cudnn_attention_unsupported(Device device, DType dtype, std::int64_t head_dim) {
-    if (device != Device::cuda) return "the tensors are on the CPU (cuDNN runs on CUDA tensors)";
-    if (!is_half(dtype))
-        return std::string("the tensors are ") + dtype_name(dtype) +
+std::string cudnn_attention_unsupported(const AttentionCall& call) {
+    if (call.device != Device::cuda)
+        return "the tensors are on the CPU (cuDNN runs on CUDA tensors)";
+    if (!is_half(call.dtype))
+        return std::string("the tensors are ") + dtype_name(call.dtype) +
                " (cuDNN's fused attention takes bf16 or f16: train.precision bf16)";
+    if (!call.aligned) return "qkv's data is not 16-byte aligned (a view at an odd offset)";
+    if (call.records_backward && call.seq_len < 2)
+        return "cuDNN's backward takes sequences of T >= 2, not " + std::to_string(call.seq_len);
     CudaBackend* cuda = cuda_backend_or_null();
     if (!cuda)
         return built_with_cuda() ? "no CUDA device is available"
                                  : "fusegrad was built without CUDA";
-    return cuda->cudnn_attention_unsupported(scalar_type(dtype), head_dim);
+    return cuda->cudnn_attention_unsupported(scalar_type(call.dtype), call.head_dim);
+}
+
+// Under automatic a forward-only call (evaluation, sampling) keeps the fused kernels: sampling
+// grows T by one token at a time, and cuDNN would build (and compile) a graph for every new T.
+bool attention_runs_cudnn(const AttentionCall& call, AttentionBackend backend) {
+    if (backend == AttentionBackend::fused) return false;
+    if (backend == AttentionBackend::automatic && !call.records_backward) return false;
+    return cudnn_attention_unsupported(call).empty();
 }
 
 Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training,

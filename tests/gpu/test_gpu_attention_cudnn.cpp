@@ -38,7 +38,7 @@ bool cudnn_built() {
         SUCCEED("fusegrad was built without cuDNN (FG_CUDNN): nothing to test");
         return false;
     }
-    const std::string why = cudnn_attention_unsupported(Device::cuda, DType::bf16, 64);
+    const std::string why = cudnn_attention_unsupported({Device::cuda, DType::bf16, 64});
     INFO("cuDNN's attention does not work here: " << why);
     REQUIRE(why.empty());
     static bool printed = false;

@@ -162,7 +162,7 @@ TEST_CASE("a captured run stopped and resumed continues exactly", "[gpu][train][
 TEST_CASE("a captured step with cuDNN's attention agrees with the eager one to rounding",
           "[gpu][train][cuda_graph][attention]") {
     REQUIRE(cuda_is_available());
-    if (!cudnn_attention_unsupported(Device::cuda, DType::bf16, 16).empty()) {
+    if (!cudnn_attention_unsupported({Device::cuda, DType::bf16, 16}).empty()) {
         WARN("cuDNN's attention cannot run here: not tested");
         return;
     }

@@ -214,8 +214,9 @@ TEST_CASE("the memory estimate of a step is close to the CUDA allocator's peak",
         };
         for (const auto& [what, config, batch, seq_len] : cases) {
             // A GPT built by hand runs cuDNN's attention where it can (AttentionBackend::automatic).
-            const bool cudnn = cudnn_attention_unsupported(Device::cuda, dtype,
-                                                           config.n_embd / config.n_head).empty();
+            const bool cudnn = attention_runs_cudnn(
+                {Device::cuda, dtype, config.n_embd / config.n_head, seq_len},
+                AttentionBackend::automatic);
             TrainingMemory est = estimate_training_memory(config, batch, seq_len, 2, cudnn);
             double peak = test::measured_step_peak(config, batch, seq_len, Device::cuda);
             INFO(what << " " << dtype_name(dtype) << ": estimate " << est.describe()
