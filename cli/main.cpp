@@ -23,6 +23,7 @@
 #include "demo.h"
 #include "kernels/norm/explain.h"
 #include "launch_ranks.h"
+#include "train/config.h"
 #include "train/plot.h"
 #include "train/trainer.h"
 
@@ -174,6 +175,21 @@ int plot(const PlotArgs& a) {
     return 0;
 }
 
+struct ConfigArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    bool list = false;
+};
+
+// `fusegrad config`: the schema's keys, or a config file checked and resolved.
+int config(const ConfigArgs& a) {
+    FG_CHECK(a.list != !a.config.empty(), "cli",
+             "config takes --list or a config file (one of them)");
+    if (a.list) std::fputs(fg::describe_config_keys().c_str(), stdout);
+    else std::fputs(fg::dump_config(fg::load_config(a.config, a.overrides)).c_str(), stdout);
+    return 0;
+}
+
 struct NormPlanArgs {
     long long rows = 16384, cols = 0;
     std::string norm = "layer", dtype = "bf16", weights = "f32", gpu = "h100";
@@ -294,6 +310,16 @@ int run(int argc, char** argv) {
     demo_cmd->add_option("--seed", d.seed, "the task's and the weights' seed")
         ->capture_default_str();
 
+    ConfigArgs c;
+    CLI::App* config_cmd = app.add_subcommand(
+        "config", "every config key with its default and meaning (--list), or a config file "
+                  "checked as train checks it and printed resolved");
+    config_cmd->add_flag("--list", c.list,
+                         "every key: its default, its meaning and whether a resume may change it");
+    config_cmd->add_option("config", c.config, "a config file (configs/*.yaml)");
+    config_cmd->add_option("--set", c.overrides, "change a key, key.path=value (repeatable)")
+        ->allow_extra_args(false);
+
     CLI::App* info_cmd =
         app.add_subcommand("info", "the build and the devices fusegrad can use");
 
@@ -363,6 +389,7 @@ int run(int argc, char** argv) {
         fg::run_demo(d);
         return 0;
     }
+    if (config_cmd->parsed()) return config(c);
     if (info_cmd->parsed()) return info();
     return norm_plan(n);
 }

@@ -24,6 +24,7 @@ namespace {
 // returns "" on success or what was wrong.
 struct Field {
     std::string section, key, doc;
+    bool resumable = false;  // a resume may change it (may_resume_with)
     std::function<std::string(Config&, const YAML::Node&)> read;
     std::function<void(YAML::Emitter&, const Config&)> write;
 };
@@ -133,6 +134,15 @@ std::function<std::string(const std::string&)> one_of(std::vector<std::string> o
     };
 }
 
+// The same field, marked as one a resumed run may change: how long and how often, where it runs
+// and in what arithmetic, and the schedule's and update's scalars. Anything else (the model, the
+// data, the batch, the seed, the optimizer and its betas) would make a checkpoint mean something
+// else.
+Field may_resume_with(Field f) {
+    f.resumable = true;
+    return f;
+}
+
 const std::vector<Field>& schema() {
     using C = Config;
     static const std::vector<Field> fields{
@@ -153,33 +163,33 @@ const std::vector<Field>& schema() {
         field("data", "val_fraction", &C::data, &C::Data::val_fraction, "share held out for validation", in_range(0, 1, true, true)),
         field("data", "digits", &C::data, &C::Data::digits, "digits per operand, for kind addition", at_least(1)),
         field("optim", "name", &C::optim, &C::Optim::name, "adamw or sgd", one_of({"adamw", "sgd"})),
-        field("optim", "lr", &C::optim, &C::Optim::lr, "peak learning rate", positive()),
-        field("optim", "min_lr", &C::optim, &C::Optim::min_lr, "learning rate at the end of the cosine decay", in_range(0, 1e9, false, false)),
-        field("optim", "warmup_steps", &C::optim, &C::Optim::warmup_steps, "linear warmup steps", at_least(0)),
-        field("optim", "weight_decay", &C::optim, &C::Optim::weight_decay, "decoupled weight decay (matrices only)", in_range(0, 1e9, false, false)),
+        may_resume_with(field("optim", "lr", &C::optim, &C::Optim::lr, "peak learning rate", positive())),
+        may_resume_with(field("optim", "min_lr", &C::optim, &C::Optim::min_lr, "learning rate at the end of the cosine decay", in_range(0, 1e9, false, false))),
+        may_resume_with(field("optim", "warmup_steps", &C::optim, &C::Optim::warmup_steps, "linear warmup steps", at_least(0))),
+        may_resume_with(field("optim", "weight_decay", &C::optim, &C::Optim::weight_decay, "decoupled weight decay (matrices only)", in_range(0, 1e9, false, false))),
         field("optim", "beta1", &C::optim, &C::Optim::beta1, "AdamW beta1", in_range(0, 1, false, true)),
         field("optim", "beta2", &C::optim, &C::Optim::beta2, "AdamW beta2", in_range(0, 1, false, true)),
-        field("optim", "grad_clip", &C::optim, &C::Optim::grad_clip, "clip the global gradient norm to this; 0 turns clipping off", in_range(0, 1e9, false, false)),
+        may_resume_with(field("optim", "grad_clip", &C::optim, &C::Optim::grad_clip, "clip the global gradient norm to this; 0 turns clipping off", in_range(0, 1e9, false, false))),
         field("optim", "momentum", &C::optim, &C::Optim::momentum, "SGD momentum", in_range(0, 1, false, true)),
-        field("train", "steps", &C::train, &C::Train::steps, "optimizer steps", at_least(1)),
+        may_resume_with(field("train", "steps", &C::train, &C::Train::steps, "optimizer steps", at_least(1))),
         field("train", "batch_size", &C::train, &C::Train::batch_size, "sequences per micro-batch", at_least(1)),
         field("train", "grad_accum", &C::train, &C::Train::grad_accum, "micro-batches per step", at_least(1)),
-        field("train", "eval_interval", &C::train, &C::Train::eval_interval, "steps between evaluations", at_least(1)),
-        field("train", "eval_iters", &C::train, &C::Train::eval_iters, "batches per evaluation", at_least(1)),
+        may_resume_with(field("train", "eval_interval", &C::train, &C::Train::eval_interval, "steps between evaluations", at_least(1))),
+        may_resume_with(field("train", "eval_iters", &C::train, &C::Train::eval_iters, "batches per evaluation", at_least(1))),
         field("train", "seed", &C::train, &C::Train::seed, "seed of every random draw", at_least(0)),
-        field("train", "device", &C::train, &C::Train::device, "auto, cpu or cuda", one_of({"auto", "cpu", "cuda"})),
-        field("train", "out_dir", &C::train, &C::Train::out_dir, "run directory (checkpoints, metrics, config)"),
-        field("train", "checkpoint_interval", &C::train, &C::Train::checkpoint_interval, "steps between checkpoints", at_least(1)),
-        field("train", "precision", &C::train, &C::Train::precision, "fp32, tf32 (f32 with TF32 GPU matmuls) or bf16 (f32 master weights, bf16 activations and matmuls)", one_of({"fp32", "tf32", "bf16"})),
-        field("train", "memory_check", &C::train, &C::Train::memory_check, "refuse a run whose estimated memory per step exceeds what its device has available"),
-        field("train", "bucket_mb", &C::train, &C::Train::bucket_mb, "with several ranks: the gradients are exchanged in buckets of at most this many MiB, each as soon as the backward has finished it", in_range(0, 1e6, true, false)),
-        field("train", "exchange_dtype", &C::train, &C::Train::exchange_dtype, "with several ranks: the type the gradients' sums travel in: auto (bf16 when train.precision is bf16, else f32), f32 or bf16 (half the bytes; each bucket rounded once before it is summed)", one_of({"auto", "f32", "bf16"})),
-        field("train", "zero", &C::train, &C::Train::zero, "with several ranks: 0 (every rank holds AdamW's whole state) or 1 (ZeRO-1: each rank holds and updates 1/WORLD_SIZE of it; gradients reduce-scattered, weights all-gathered)", int_in(0, 1)),
-        field("train", "ranks_may_change", &C::train, &C::Train::ranks_may_change, "a resume may run on another number of ranks (WORLD_SIZE) than the run that saved the checkpoint: the same batches, split otherwise, so the sums round otherwise; the log says so"),
-        field("train", "phase_times", &C::train, &C::Train::phase_times, "on CUDA, time each step's phases on the GPU (forward + backward, gradient exchange, norm + update) and log their medians at the end of the run; the steps then run eagerly, not captured"),
-        field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"})),
-        field("kernels", "attention", &C::kernels, &C::Kernels::attention, "attention kernels on CUDA: auto (cuDNN's flash attention where it can run, else fused), cudnn or fused", one_of({"auto", "cudnn", "fused"})),
-        field("kernels", "cuda_graph", &C::kernels, &C::Kernels::cuda_graph, "on CUDA, capture the whole training step once as a CUDA graph and replay it (no host synchronisation inside a step); where it cannot be captured, steps run one launch at a time and the log says why"),
+        may_resume_with(field("train", "device", &C::train, &C::Train::device, "auto, cpu or cuda", one_of({"auto", "cpu", "cuda"}))),
+        may_resume_with(field("train", "out_dir", &C::train, &C::Train::out_dir, "run directory (checkpoints, metrics, config)")),
+        may_resume_with(field("train", "checkpoint_interval", &C::train, &C::Train::checkpoint_interval, "steps between checkpoints", at_least(1))),
+        may_resume_with(field("train", "precision", &C::train, &C::Train::precision, "fp32, tf32 (f32 with TF32 GPU matmuls) or bf16 (f32 master weights, bf16 activations and matmuls)", one_of({"fp32", "tf32", "bf16"}))),
+        may_resume_with(field("train", "memory_check", &C::train, &C::Train::memory_check, "refuse a run whose estimated memory per step exceeds what its device has available")),
+        may_resume_with(field("train", "bucket_mb", &C::train, &C::Train::bucket_mb, "with several ranks: the gradients are exchanged in buckets of at most this many MiB, each as soon as the backward has finished it", in_range(0, 1e6, true, false))),
+        may_resume_with(field("train", "exchange_dtype", &C::train, &C::Train::exchange_dtype, "with several ranks: the type the gradients' sums travel in: auto (bf16 when train.precision is bf16, else f32), f32 or bf16 (half the bytes; each bucket rounded once before it is summed)", one_of({"auto", "f32", "bf16"}))),
+        may_resume_with(field("train", "zero", &C::train, &C::Train::zero, "with several ranks: 0 (every rank holds AdamW's whole state) or 1 (ZeRO-1: each rank holds and updates 1/WORLD_SIZE of it; gradients reduce-scattered, weights all-gathered)", int_in(0, 1))),
+        may_resume_with(field("train", "ranks_may_change", &C::train, &C::Train::ranks_may_change, "a resume may run on another number of ranks (WORLD_SIZE) than the run that saved the checkpoint: the same batches, split otherwise, so the sums round otherwise; the log says so")),
+        may_resume_with(field("train", "phase_times", &C::train, &C::Train::phase_times, "on CUDA, time each step's phases on the GPU (forward + backward, gradient exchange, norm + update) and log their medians at the end of the run; the steps then run eagerly, not captured")),
+        may_resume_with(field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"}))),
+        may_resume_with(field("kernels", "attention", &C::kernels, &C::Kernels::attention, "attention kernels on CUDA: auto (cuDNN's flash attention where it can run, else fused), cudnn or fused", one_of({"auto", "cudnn", "fused"}))),
+        may_resume_with(field("kernels", "cuda_graph", &C::kernels, &C::Kernels::cuda_graph, "on CUDA, capture the whole training step once as a CUDA graph and replay it (no host synchronisation inside a step); where it cannot be captured, steps run one launch at a time and the log says why")),
 
     };
     return fields;
@@ -437,6 +447,31 @@ std::vector<std::string> changed_keys(const Config& a, const Config& b) {
         if (va != vb) changed.push_back(f.section + "." + f.key + " (" + va + " -> " + vb + ")");
     }
     return changed;
+}
+
+std::vector<ConfigKey> config_keys() {
+    const Config defaults;
+    std::vector<ConfigKey> keys;
+    for (const Field& f : schema()) {
+        YAML::Emitter value;
+        f.write(value, defaults);
+        keys.push_back({f.section + "." + f.key, value.c_str(), f.doc, f.resumable});
+    }
+    return keys;
+}
+
+std::string describe_config_keys() {
+    std::ostringstream out;
+    std::string section;
+    for (const ConfigKey& k : config_keys()) {
+        const std::string s = k.key.substr(0, k.key.find('.'));
+        if (s != section) out << (section.empty() ? "" : "\n") << s << ":\n";
+        section = s;
+        out << "  " << k.key.substr(s.size() + 1) << ": " << k.default_value
+            << (k.resumable ? "  (a resume may change it)" : "") << "\n      " << k.description
+            << "\n";
+    }
+    return out.str();
 }
 
 std::string dump_config(const Config& c) {

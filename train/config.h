@@ -3,7 +3,7 @@
 // config.cpp is the single place they are written). Reading is strict: unknown keys (with a "did
 // you mean" for near misses), duplicate keys, wrong types and out-of-range values are all reported
 // at once, one line each, as
-//   configs/x.yaml:7:3: error: model.n_layerz: unknown key (did you mean 'n_layer'?)
+//   configs/x.yaml:7:3: model.n_layerz: unknown key (did you mean 'n_layer'?)
 // and thrown together as one fg::Error. `--set key.path=value` overrides are checked the same way.
 #pragma once
 
@@ -80,6 +80,17 @@ Config parse_config(const std::string& yaml, const std::string& origin,
 // Every value reads back exactly (written with yaml-cpp's emitter; doubles in shortest
 // round-trip form).
 std::string dump_config(const Config& config);
+// One key of the schema: its dotted name, default (as YAML writes it), meaning, and whether a
+// resumed run may change it (the schedule's length and intervals, the device, the arithmetic and
+// the kernels; not the model, the data, the batch, the seed or the optimizer).
+struct ConfigKey {
+    std::string key, default_value, description;
+    bool resumable = false;
+};
+std::vector<ConfigKey> config_keys();
+// Every key, section by section, with its default, meaning and whether a resume may change it:
+// what `fusegrad config --list` prints (and README.md shows).
+std::string describe_config_keys();
 // The dotted keys whose values differ between a and b, in schema order, as
 // "model.n_embd (32 -> 64)".
 std::vector<std::string> changed_keys(const Config& a, const Config& b);

@@ -424,20 +424,6 @@ void Trainer::write_run_files() {
     write_file_durably((fs::path(dir_) / "vocab.txt").string(), data_->vocab().chars());
 }
 
-// The keys a resumed run may change: how long and how often, where it runs and in what
-// arithmetic, and the schedule's and update's scalars. Anything else (the model, the data, the
-// batch, the seed, the optimizer and its betas) would make the checkpoint mean something else.
-const std::vector<std::string>& resumable_keys() {
-    static const std::vector<std::string> keys{
-        "train.steps", "train.eval_interval", "train.eval_iters", "train.checkpoint_interval",
-        "train.device", "train.precision", "train.out_dir", "train.memory_check", "train.zero",
-        "train.bucket_mb", "train.exchange_dtype", "train.phase_times", "train.ranks_may_change",
-        "optim.lr",
-        "optim.min_lr", "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip",
-        "kernels.norm_reduction", "kernels.attention", "kernels.cuda_graph"};
-    return keys;
-}
-
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
                                          const std::vector<std::string>& overrides,
                                          std::ostream& log) {
@@ -454,12 +440,16 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
     Config saved = load_config(cfg_path);
     Config cfg = load_config(cfg_path, overrides);
     cfg.train.out_dir = saved.train.out_dir = run_dir;
+    const std::vector<ConfigKey> keys = config_keys();
     for (const std::string& change : changed_keys(saved, cfg)) {
         const std::string key = change.substr(0, change.find(' '));
-        const auto& ok = resumable_keys();
         std::string allowed;
-        for (const std::string& k : ok) allowed += (allowed.empty() ? "" : ", ") + k;
-        FG_CHECK(std::find(ok.begin(), ok.end(), key) != ok.end(), "resume", key,
+        bool resumable = false;
+        for (const ConfigKey& k : keys) {
+            if (k.resumable) allowed += (allowed.empty() ? "" : ", ") + k.key;
+            resumable = resumable || (k.resumable && k.key == key);
+        }
+        FG_CHECK(resumable, "resume", key,
                  " cannot change when resuming '", run_dir, "': ", change.substr(key.size() + 1),
                  "; start a new run for that (a resumed run may change ", allowed, ")");
     }
