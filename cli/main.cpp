@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -181,11 +182,26 @@ struct ConfigArgs {
     bool list = false;
 };
 
+// Every key, section by section, with its default, meaning and whether a resume may change it.
+std::string describe_config_keys() {
+    std::ostringstream out;
+    std::string section;
+    for (const fg::ConfigKey& k : fg::config_keys()) {
+        const std::string s = k.key.substr(0, k.key.find('.'));
+        if (s != section) out << (section.empty() ? "" : "\n") << s << ":\n";
+        section = s;
+        out << "  " << k.key.substr(s.size() + 1) << ": " << k.default_value
+            << (k.resumable ? "  (a resume may change it)" : "") << "\n      " << k.description
+            << "\n";
+    }
+    return out.str();
+}
+
 // `fusegrad config`: the schema's keys, or a config file checked and resolved.
 int config(const ConfigArgs& a) {
     FG_CHECK(a.list != !a.config.empty(), "cli",
              "config takes --list or a config file (one of them)");
-    if (a.list) std::fputs(fg::describe_config_keys().c_str(), stdout);
+    if (a.list) std::fputs(describe_config_keys().c_str(), stdout);
     else std::fputs(fg::dump_config(fg::load_config(a.config, a.overrides)).c_str(), stdout);
     return 0;
 }

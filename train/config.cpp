@@ -460,20 +460,6 @@ std::vector<ConfigKey> config_keys() {
     return keys;
 }
 
-std::string describe_config_keys() {
-    std::ostringstream out;
-    std::string section;
-    for (const ConfigKey& k : config_keys()) {
-        const std::string s = k.key.substr(0, k.key.find('.'));
-        if (s != section) out << (section.empty() ? "" : "\n") << s << ":\n";
-        section = s;
-        out << "  " << k.key.substr(s.size() + 1) << ": " << k.default_value
-            << (k.resumable ? "  (a resume may change it)" : "") << "\n      " << k.description
-            << "\n";
-    }
-    return out.str();
-}
-
 std::string dump_config(const Config& c) {
     YAML::Emitter out;
     out << YAML::BeginMap;

@@ -88,9 +88,6 @@ struct ConfigKey {
     bool resumable = false;
 };
 std::vector<ConfigKey> config_keys();
-// Every key, section by section, with its default, meaning and whether a resume may change it:
-// what `fusegrad config --list` prints (and README.md shows).
-std::string describe_config_keys();
 // The dotted keys whose values differ between a and b, in schema order, as
 // "model.n_embd (32 -> 64)".
 std::vector<std::string> changed_keys(const Config& a, const Config& b);
