@@ -131,7 +131,7 @@ int sample(const SampleArgs& a, bool prompt_given) {
     const fg::Device device = parse_device(a.device);
     fg::LoadedModel run = fg::load_run(a.run_dir, a.best, device);
     std::string prompt = a.prompt;
-    if (prompt.empty() && run.config.data.kind == "addition") prompt = "12+34=";
+    if (prompt.empty() && run.config.data.kind == fg::DataKind::addition) prompt = "12+34=";
     FG_CHECK(!prompt.empty(), "cli", "sample needs --prompt TEXT");
     std::vector<std::int32_t> ids = run.vocab.encode(prompt, "prompt");
     fg::Generator gen(a.seed);

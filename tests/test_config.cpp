@@ -32,13 +32,13 @@ TEST_CASE("an empty config is all defaults, and values override them", "[config]
         "c.yaml");
     REQUIRE(c.model.n_layer == 6);
     REQUIRE(c.model.n_embd == 384);
-    REQUIRE(c.model.norm == "rmsnorm");
-    REQUIRE(c.model.gelu == "tanh");
-    REQUIRE(d.model.gelu == "exact");
+    REQUIRE(c.model.norm == NormLayer::rmsnorm);
+    REQUIRE(c.model.gelu == GeluForm::tanh);
+    REQUIRE(d.model.gelu == GeluForm::exact);
     REQUIRE_FALSE(c.model.bias);
     REQUIRE(c.model.dropout == 0.2);
     REQUIRE(c.optim.lr == 1e-3);
-    REQUIRE(c.train.device == "cpu");
+    REQUIRE(c.train.device == DeviceChoice::cpu);
 }
 
 TEST_CASE("config mistakes are all reported, with position and key", "[config][errors]") {
@@ -150,7 +150,7 @@ TEST_CASE("the shipped configs load and list every key with a comment", "[config
     CHECK(s.optim.beta2 == 0.99);
     CHECK(s.optim.weight_decay == 0.1);
     CHECK(s.optim.grad_clip == 1.0);
-    CHECK(s.data.kind == "text");
+    CHECK(s.data.kind == DataKind::text);
 }
 
 TEST_CASE("the saved config reads back exactly, whatever the values", "[config]") {
@@ -161,7 +161,7 @@ TEST_CASE("the saved config reads back exactly, whatever the values", "[config]"
     c.optim.weight_decay = 1.0 / 3.0;
     c.data.val_fraction = 0.1 + 0.2;  // 0.30000000000000004
     c.model.dropout = 5e-324;         // the smallest subnormal
-    c.train.precision = "bf16";
+    c.train.precision = Precision::bf16;
     Config back = parse_config(dump_config(c), "dump.yaml");
     CHECK(back.optim.lr == c.optim.lr);
     CHECK(back.optim.beta2 == c.optim.beta2);
@@ -169,7 +169,7 @@ TEST_CASE("the saved config reads back exactly, whatever the values", "[config]"
     CHECK(back.optim.weight_decay == c.optim.weight_decay);
     CHECK(back.data.val_fraction == c.data.val_fraction);
     CHECK(back.model.dropout == c.model.dropout);
-    CHECK(back.train.precision == "bf16");
+    CHECK(back.train.precision == Precision::bf16);
     CHECK(dump_config(back) == dump_config(c));
     for (const std::string& s :
          {std::string(""), std::string("runs/it's \"quoted\": #not a comment"),

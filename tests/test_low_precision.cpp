@@ -49,18 +49,18 @@ TEST_CASE("a GPT's compute dtype must be a floating type the kernels take", "[lo
 }
 
 TEST_CASE("train.precision, and kernels.tf32 read as its alias", "[low_precision][config]") {
-    CHECK(parse_config("", "empty.yaml").train.precision == "fp32");
-    CHECK(parse_config("train: {precision: bf16}", "x.yaml").train.precision == "bf16");
-    CHECK(parse_config("", "x.yaml", {"train.precision=tf32"}).train.precision == "tf32");
+    CHECK(parse_config("", "empty.yaml").train.precision == Precision::fp32);
+    CHECK(parse_config("train: {precision: bf16}", "x.yaml").train.precision == Precision::bf16);
+    CHECK(parse_config("", "x.yaml", {"train.precision=tf32"}).train.precision == Precision::tf32);
     REQUIRE_THROWS_WITH(parse_config("train: {precision: fp16}", "x.yaml"),
                         ContainsSubstring("x.yaml:1:20: train.precision: must be one of fp32, tf32, "
                                  "bf16, got \"fp16\""));
     Config old = parse_config("kernels: {tf32: true}", "old.yaml");
-    CHECK(old.train.precision == "tf32");
+    CHECK(old.train.precision == Precision::tf32);
     REQUIRE(old.warnings.size() == 1);
     CHECK_THAT(old.warnings[0], ContainsSubstring("kernels.tf32 is deprecated") &&
                                     ContainsSubstring("train.precision: tf32"));
-    CHECK(parse_config("kernels: {tf32: false}", "old.yaml").train.precision == "fp32");
+    CHECK(parse_config("kernels: {tf32: false}", "old.yaml").train.precision == Precision::fp32);
     REQUIRE_THROWS_WITH(parse_config("kernels: {tf32: true}\ntrain: {precision: bf16}", "x.yaml"),
                         ContainsSubstring("kernels.tf32: is true but train.precision is bf16"));
     REQUIRE_THROWS_WITH(parse_config("kernels: {tf32: maybe}", "x.yaml"),

@@ -545,13 +545,13 @@ TEST_CASE("configs/gpt2_124m.yaml: GPT-2 small, trainable without a download",
     CHECK(c.model.vocab_size == 50304);
     CHECK(c.model.bias);
     CHECK(c.model.dropout == 0.0);
-    CHECK(c.model.norm == "layernorm");
-    CHECK(c.data.kind == "shards");
-    CHECK(c.data.format == "llmc");
+    CHECK(c.model.norm == NormLayer::layernorm);
+    CHECK(c.data.kind == DataKind::shards);
+    CHECK(c.data.format == TokenFormat::llmc);
     CHECK(c.data.path == "data/fineweb10B/fineweb_train_*.bin");
     CHECK(c.data.val_path == "data/fineweb10B/fineweb_val_*.bin");
     CHECK(c.train.batch_size * c.train.grad_accum * c.model.block_size == 524288);
-    CHECK(c.train.precision == "bf16");
+    CHECK(c.train.precision == Precision::bf16);
     CHECK(c.optim.lr == 6e-4);
     CHECK(c.optim.min_lr == 6e-5);
     CHECK(c.optim.warmup_steps == 700);

@@ -61,12 +61,12 @@ TEST_CASE("trainer bad inputs: an error, and nothing half-written", "[trainer][e
                             ContainsSubstring("(16 -> 32)"));
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/nonexistent_run", {}, log), ContainsSubstring("holds no checkpoint"));
     Config text = tiny_run("/tmp/fg_run_text", 3);
-    text.data.kind = "text";
+    text.data.kind = DataKind::text;
     text.data.path = "/nonexistent/input.txt";
     REQUIRE_THROWS_WITH(Trainer(text, log), ContainsSubstring("[data] cannot read '/nonexistent/input.txt'"));
     if (!cuda_is_available()) {
         Config cuda = tiny_run("/tmp/fg_run_cuda", 3);
-        cuda.train.device = "cuda";
+        cuda.train.device = DeviceChoice::cuda;
         REQUIRE_THROWS_WITH(Trainer(cuda, log), ContainsSubstring("[train.device: cuda]"));
     }
     Config small = tiny_run("/tmp/fg_run_small", 3);
@@ -120,12 +120,12 @@ TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
     CHECK_THAT(progress_line(0, 400000, 1.0, 10.0), ContainsSubstring("ETA 1:06:40"));
     CHECK(progress_line(5, 10, 1.0, 1.0, 20).find('[') == std::string::npos);  // too narrow: text only
 
-    CHECK(peak_tflops("NVIDIA H200", "tf32") == 494.7);
-    CHECK(peak_tflops("NVIDIA H200", "bf16") == 989.4);
-    CHECK(peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 66.9);
-    CHECK(peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0);
-    CHECK(peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.0);
-    CHECK(peak_tflops("Some Future GPU", "bf16") == 0.0);
+    CHECK(peak_tflops("NVIDIA H200", Precision::tf32) == 494.7);
+    CHECK(peak_tflops("NVIDIA H200", Precision::bf16) == 989.4);
+    CHECK(peak_tflops("NVIDIA H100 80GB HBM3", Precision::fp32) == 66.9);
+    CHECK(peak_tflops("NVIDIA H100 PCIe", Precision::tf32) == 378.0);
+    CHECK(peak_tflops("NVIDIA H100 PCIe", Precision::bf16) == 756.0);
+    CHECK(peak_tflops("Some Future GPU", Precision::bf16) == 0.0);
 
     // 6 per weight plus 12 L C T: the baby GPT (10.65M weights without wpe) at T = 256.
     CHECK(gpt_flops_per_token(1000, 2, 8, 4) == 6.0 * 1000 + 12.0 * 2 * 8 * 4);

@@ -102,6 +102,66 @@ Field field(const char* section, const char* key, S Config::*sec, T S::*member, 
     return f;
 }
 
+// The names of a setting's choices, in the order the messages list them.
+template <typename E>
+using Names = std::vector<std::pair<const char*, E>>;
+
+const Names<NormLayer> kNormNames{{"layernorm", NormLayer::layernorm}, {"rmsnorm", NormLayer::rmsnorm}};
+const Names<GeluForm> kGeluNames{{"exact", GeluForm::exact}, {"tanh", GeluForm::tanh}};
+const Names<DataKind> kDataNames{{"addition", DataKind::addition}, {"text", DataKind::text},
+                                 {"shards", DataKind::shards},
+                                 {"random_tokens", DataKind::random_tokens}};
+const Names<TokenFormat> kFormatNames{{"llmc", TokenFormat::llmc},
+                                      {"raw_uint16", TokenFormat::raw_uint16}};
+const Names<OptimizerKind> kOptimizerNames{{"adamw", OptimizerKind::adamw},
+                                           {"sgd", OptimizerKind::sgd}};
+const Names<DeviceChoice> kDeviceNames{{"auto", DeviceChoice::automatic},
+                                       {"cpu", DeviceChoice::cpu}, {"cuda", DeviceChoice::cuda}};
+const Names<Precision> kPrecisionNames{{"fp32", Precision::fp32}, {"tf32", Precision::tf32},
+                                       {"bf16", Precision::bf16}};
+const Names<ExchangeDtype> kExchangeNames{{"auto", ExchangeDtype::automatic},
+                                          {"f32", ExchangeDtype::f32}, {"bf16", ExchangeDtype::bf16}};
+const Names<NormReduction> kReductionNames{{"auto", NormReduction::automatic},
+                                           {"grid", NormReduction::grid},
+                                           {"locked", NormReduction::locked}};
+const Names<AttentionBackend> kAttentionNames{{"auto", AttentionBackend::automatic},
+                                              {"cudnn", AttentionBackend::cudnn},
+                                              {"fused", AttentionBackend::fused}};
+
+template <typename E>
+const char* name_in(const Names<E>& names, E value) {
+    for (const auto& [name, v] : names)
+        if (v == value) return name;
+    return "?";
+}
+
+// A field of section S whose value is one of `names`, read into the enum E.
+template <typename S, typename E>
+Field choice(const char* section, const char* key, S Config::*sec, E S::*member, const char* doc,
+             const Names<E>& names) {
+    Field f;
+    f.section = section;
+    f.key = key;
+    f.doc = doc;
+    f.read = [=, &names](Config& c, const YAML::Node& node) -> std::string {
+        std::string list;
+        for (const auto& [name, value] : names) {
+            if (node.IsScalar() && node.Scalar() == name) {
+                (c.*sec).*member = value;
+                return "";
+            }
+            list += (list.empty() ? "" : ", ") + std::string(name);
+        }
+        return "must be one of " + list + ", got " +
+               (node.IsScalar() ? '"' + node.Scalar() + '"'
+                                : std::string(node.IsMap() ? "a map" : node.IsSequence() ? "a list" : "null"));
+    };
+    f.write = [=, &names](YAML::Emitter& out, const Config& c) {
+        out << YAML::DoubleQuoted << name_in(names, (c.*sec).*member);
+    };
+    return f;
+}
+
 std::function<std::string(const std::int64_t&)> at_least(std::int64_t lo) {
     return [lo](const std::int64_t& v) {
         return v >= lo ? std::string() : "must be >= " + std::to_string(lo);
@@ -125,15 +185,6 @@ std::function<std::string(const std::int64_t&)> int_in(std::int64_t lo, std::int
 std::function<std::string(const double&)> positive() {
     return [](const double& v) { return v > 0 ? std::string() : "must be > 0"; };
 }
-std::function<std::string(const std::string&)> one_of(std::vector<std::string> options) {
-    return [options](const std::string& v) {
-        if (std::find(options.begin(), options.end(), v) != options.end()) return std::string();
-        std::string list;
-        for (const auto& o : options) list += (list.empty() ? "" : ", ") + o;
-        return "must be one of " + list;
-    };
-}
-
 // The same field, marked as one a resumed run may change: how long and how often, where it runs
 // and in what arithmetic, and the schedule's and update's scalars. Anything else (the model, the
 // data, the batch, the seed, the optimizer and its betas) would make a checkpoint mean something
@@ -151,18 +202,18 @@ const std::vector<Field>& schema() {
         field("model", "n_embd", &C::model, &C::Model::n_embd, "channels (a multiple of n_head)", at_least(1)),
         field("model", "block_size", &C::model, &C::Model::block_size, "context length in tokens", at_least(1)),
         field("model", "vocab_size", &C::model, &C::Model::vocab_size, "vocabulary size; 0 takes it from the data", at_least(0)),
-        field("model", "norm", &C::model, &C::Model::norm, "layernorm or rmsnorm", one_of({"layernorm", "rmsnorm"})),
-        field("model", "gelu", &C::model, &C::Model::gelu, "the MLP's GELU: exact (erf, nanoGPT's) or tanh (GPT-2's approximation; on CUDA in bf16 / f16, with biases, it runs inside cuBLASLt's matmul epilogues)", one_of({"exact", "tanh"})),
+        choice("model", "norm", &C::model, &C::Model::norm, "layernorm or rmsnorm", kNormNames),
+        choice("model", "gelu", &C::model, &C::Model::gelu, "the MLP's GELU: exact (erf, nanoGPT's) or tanh (GPT-2's approximation; on CUDA in bf16 / f16, with biases, it runs inside cuBLASLt's matmul epilogues)", kGeluNames),
         field("model", "bias", &C::model, &C::Model::bias, "biases in Linear layers and norms"),
         field("model", "dropout", &C::model, &C::Model::dropout, "dropout probability", in_range(0, 1, false, true)),
-        field("data", "kind", &C::data, &C::Data::kind, "addition (generated), text (a file), shards (token files of llm.c or nanoGPT) or random_tokens (uniform random ids, no files)", one_of({"addition", "text", "shards", "random_tokens"})),
+        choice("data", "kind", &C::data, &C::Data::kind, "addition (generated), text (a file), shards (token files of llm.c or nanoGPT) or random_tokens (uniform random ids, no files)", kDataNames),
         field("data", "path", &C::data, &C::Data::path, "the text file (kind text), or the training shards: a file or a glob such as data/fineweb10B/fineweb_train_*.bin (kind shards)"),
         field("data", "val_path", &C::data, &C::Data::val_path, "the validation shards, a file or a glob (kind shards)"),
-        field("data", "format", &C::data, &C::Data::format, "the shards' layout: llmc (llm.c's: a 256-int32 header, then uint16 GPT-2 or uint32 LLaMA-3 ids) or raw_uint16 (nanoGPT's train.bin / val.bin: uint16 ids, no header)", one_of({"llmc", "raw_uint16"})),
+        choice("data", "format", &C::data, &C::Data::format, "the shards' layout: llmc (llm.c's: a 256-int32 header, then uint16 GPT-2 or uint32 LLaMA-3 ids) or raw_uint16 (nanoGPT's train.bin / val.bin: uint16 ids, no header)", kFormatNames),
         field("data", "vocab_size", &C::data, &C::Data::vocab_size, "the tokenizer's vocabulary, for shards and random_tokens; 0: the format's (GPT-2's 50257; LLaMA-3's 128256 for llm.c's LLaMA-3 shards)", at_least(0)),
         field("data", "val_fraction", &C::data, &C::Data::val_fraction, "share held out for validation", in_range(0, 1, true, true)),
         field("data", "digits", &C::data, &C::Data::digits, "digits per operand, for kind addition", at_least(1)),
-        field("optim", "name", &C::optim, &C::Optim::name, "adamw or sgd", one_of({"adamw", "sgd"})),
+        choice("optim", "name", &C::optim, &C::Optim::name, "adamw or sgd", kOptimizerNames),
         may_resume_with(field("optim", "lr", &C::optim, &C::Optim::lr, "peak learning rate", positive())),
         may_resume_with(field("optim", "min_lr", &C::optim, &C::Optim::min_lr, "learning rate at the end of the cosine decay", in_range(0, 1e9, false, false))),
         may_resume_with(field("optim", "warmup_steps", &C::optim, &C::Optim::warmup_steps, "linear warmup steps", at_least(0))),
@@ -177,18 +228,18 @@ const std::vector<Field>& schema() {
         may_resume_with(field("train", "eval_interval", &C::train, &C::Train::eval_interval, "steps between evaluations", at_least(1))),
         may_resume_with(field("train", "eval_iters", &C::train, &C::Train::eval_iters, "batches per evaluation", at_least(1))),
         field("train", "seed", &C::train, &C::Train::seed, "seed of every random draw", at_least(0)),
-        may_resume_with(field("train", "device", &C::train, &C::Train::device, "auto, cpu or cuda", one_of({"auto", "cpu", "cuda"}))),
+        may_resume_with(choice("train", "device", &C::train, &C::Train::device, "auto, cpu or cuda", kDeviceNames)),
         may_resume_with(field("train", "out_dir", &C::train, &C::Train::out_dir, "run directory (checkpoints, metrics, config)")),
         may_resume_with(field("train", "checkpoint_interval", &C::train, &C::Train::checkpoint_interval, "steps between checkpoints", at_least(1))),
-        may_resume_with(field("train", "precision", &C::train, &C::Train::precision, "fp32, tf32 (f32 with TF32 GPU matmuls) or bf16 (f32 master weights, bf16 activations and matmuls)", one_of({"fp32", "tf32", "bf16"}))),
+        may_resume_with(choice("train", "precision", &C::train, &C::Train::precision, "fp32, tf32 (f32 with TF32 GPU matmuls) or bf16 (f32 master weights, bf16 activations and matmuls)", kPrecisionNames)),
         may_resume_with(field("train", "memory_check", &C::train, &C::Train::memory_check, "refuse a run whose estimated memory per step exceeds what its device has available")),
         may_resume_with(field("train", "bucket_mb", &C::train, &C::Train::bucket_mb, "with several ranks: the gradients are exchanged in buckets of at most this many MiB, each as soon as the backward has finished it", in_range(0, 1e6, true, false))),
-        may_resume_with(field("train", "exchange_dtype", &C::train, &C::Train::exchange_dtype, "with several ranks: the type the gradients' sums travel in: auto (bf16 when train.precision is bf16, else f32), f32 or bf16 (half the bytes; each bucket rounded once before it is summed)", one_of({"auto", "f32", "bf16"}))),
+        may_resume_with(choice("train", "exchange_dtype", &C::train, &C::Train::exchange_dtype, "with several ranks: the type the gradients' sums travel in: auto (bf16 when train.precision is bf16, else f32), f32 or bf16 (half the bytes; each bucket rounded once before it is summed)", kExchangeNames)),
         may_resume_with(field("train", "zero", &C::train, &C::Train::zero, "with several ranks: 0 (every rank holds AdamW's whole state) or 1 (ZeRO-1: each rank holds and updates 1/WORLD_SIZE of it; gradients reduce-scattered, weights all-gathered)", int_in(0, 1))),
         may_resume_with(field("train", "ranks_may_change", &C::train, &C::Train::ranks_may_change, "a resume may run on another number of ranks (WORLD_SIZE) than the run that saved the checkpoint: the same batches, split otherwise, so the sums round otherwise; the log says so")),
         may_resume_with(field("train", "phase_times", &C::train, &C::Train::phase_times, "on CUDA, time each step's phases on the GPU (forward + backward, gradient exchange, norm + update) and log their medians at the end of the run; the steps then run eagerly, not captured")),
-        may_resume_with(field("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", one_of({"auto", "grid", "locked"}))),
-        may_resume_with(field("kernels", "attention", &C::kernels, &C::Kernels::attention, "attention kernels on CUDA: auto (cuDNN's flash attention where it can run, else fused), cudnn or fused", one_of({"auto", "cudnn", "fused"}))),
+        may_resume_with(choice("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", kReductionNames)),
+        may_resume_with(choice("kernels", "attention", &C::kernels, &C::Kernels::attention, "attention kernels on CUDA: auto (cuDNN's flash attention where it can run, else fused), cudnn or fused", kAttentionNames)),
         may_resume_with(field("kernels", "cuda_graph", &C::kernels, &C::Kernels::cuda_graph, "on CUDA, capture the whole training step once as a CUDA graph and replay it (no host synchronisation inside a step); where it cannot be captured, steps run one launch at a time and the log says why")),
 
     };
@@ -335,17 +386,17 @@ public:
     // Old run directories keep resuming; a contradiction with train.precision is an error.
     void resolve_tf32_alias(Config& c) {
         if (tf32_alias_ < 0) return;
-        const std::string meant = tf32_alias_ ? "tf32" : "fp32";
+        const Precision meant = tf32_alias_ ? Precision::tf32 : Precision::fp32;
         if (explicitly_set_.count("train.precision") && c.train.precision != meant) {
             error(YAML::Mark::null_mark(), "kernels.tf32",
                   "is " + std::string(tf32_alias_ ? "true" : "false") +
-                      " but train.precision is " + c.train.precision +
+                      " but train.precision is " + setting_name(c.train.precision) +
                       "; kernels.tf32 was replaced by train.precision: remove it");
             return;
         }
         c.train.precision = meant;
         c.warnings.push_back(origin_ + ": kernels.tf32 is deprecated: it was read as " +
-                             "train.precision: " + meant + " (write that instead)");
+                             "train.precision: " + setting_name(meant) + " (write that instead)");
     }
 
     // Checks that involve several keys.
@@ -368,12 +419,12 @@ public:
         }
         if (c.train.out_dir.empty())
             error(none, "train.out_dir", "must name a directory (the run's files go there)");
-        if (c.data.kind == "text" && c.data.path.empty())
+        if (c.data.kind == DataKind::text && c.data.path.empty())
             error(none, "data.path", "data.kind is text, so data.path must name a text file");
-        if (c.data.kind == "shards" && c.data.path.empty())
+        if (c.data.kind == DataKind::shards && c.data.path.empty())
             error(none, "data.path", "data.kind is shards, so data.path must name the training "
                   "shards (a file or a glob such as data/fineweb10B/fineweb_train_*.bin)");
-        if (c.data.kind == "shards" && c.data.val_path.empty())
+        if (c.data.kind == DataKind::shards && c.data.val_path.empty())
             error(none, "data.val_path", "data.kind is shards, so data.val_path must name the "
                   "validation shards (a file or a glob such as data/fineweb10B/fineweb_val_*.bin)");
         if (c.optim.min_lr > c.optim.lr)
@@ -448,6 +499,21 @@ std::vector<std::string> changed_keys(const Config& a, const Config& b) {
     }
     return changed;
 }
+
+PrecisionSettings precision_settings(const Config& c) {
+    PrecisionSettings p;
+    p.compute = c.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+    p.tf32 = c.train.precision == Precision::tf32;
+    p.exchange = c.train.exchange_dtype == ExchangeDtype::bf16 ? DType::bf16
+                 : c.train.exchange_dtype == ExchangeDtype::f32 ? DType::f32
+                                                                 : p.compute;
+    return p;
+}
+
+const char* setting_name(Precision p) { return name_in(kPrecisionNames, p); }
+const char* setting_name(DataKind k) { return name_in(kDataNames, k); }
+const char* setting_name(NormLayer n) { return name_in(kNormNames, n); }
+const char* setting_name(GeluForm g) { return name_in(kGeluNames, g); }
 
 std::vector<ConfigKey> config_keys() {
     const Config defaults;

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "config.h"  // TokenFormat
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -134,14 +135,13 @@ private:
     std::int64_t size_ = 0;
 };
 
-// How token files are laid out, given by the config (data.format), never guessed from a file:
+// How token files are laid out (TokenFormat in config.h, data.format), never guessed from a file:
 //   llmc:       llm.c's shards (dev/data/data_common.py, write_datafile): a header of 256
 //               little-endian int32 - [0] magic, [1] version, [2] the number of tokens - then
 //               the ids. llm.c writes two kinds, and both are read: magic 20240520 version 1,
 //               uint16 ids (GPT-2's tokenizer, "gpt-2"), and magic 20240801 version 7, uint32
 //               ids (LLaMA-3's, "llama-3"; llm.c's own C loader reads only the first).
 //   raw_uint16: nanoGPT's train.bin / val.bin (data/*/prepare.py): uint16 ids, no header.
-enum class TokenFormat { llmc, raw_uint16 };
 
 // Token shards: the train files are `train_pattern`, the validation files `val_pattern`, each a
 // file or a glob pattern (`data/fineweb10B/fineweb_train_*.bin`; the matches in sorted order).

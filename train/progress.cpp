@@ -29,7 +29,7 @@ std::string progress_line(std::int64_t step, std::int64_t total, double loss, do
     return line + "]" + tail;
 }
 
-double peak_tflops(const std::string& gpu_name, const std::string& precision) {
+double peak_tflops(const std::string& gpu_name, Precision precision) {
     // NVIDIA's datasheet figures, dense. Order matters: the more specific name first.
     struct Peak {
         const char* name;
@@ -42,7 +42,9 @@ double peak_tflops(const std::string& gpu_name, const std::string& precision) {
     };
     for (const Peak& p : table)
         if (gpu_name.find(p.name) != std::string::npos)
-            return precision == "bf16" ? p.bf16 : precision == "tf32" ? p.tf32 : p.fp32;
+            return precision == Precision::bf16   ? p.bf16
+                   : precision == Precision::tf32 ? p.tf32
+                                                  : p.fp32;
     return 0.0;
 }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config.h"  // Precision
+
 namespace fg {
 
 // "[=========>          ]  1234/5000  loss 1.2345  12.3 ms/step  ETA 0:45" fitted to `width`
@@ -15,7 +17,7 @@ std::string progress_line(std::int64_t step, std::int64_t total, double loss, do
 // Dense (no sparsity) peak TFLOP/s of the matmuls a train.precision runs (fp32 on plain FP32
 // cores, tf32 or bf16 on tensor cores) on a GPU known by its CUDA device name; 0 when the GPU is
 // not in the table.
-double peak_tflops(const std::string& gpu_name, const std::string& precision);
+double peak_tflops(const std::string& gpu_name, Precision precision);
 
 // Training FLOPs per token of a GPT (forward + backward): 6 per weight that multiplies the
 // token's activations, plus 12 * n_layer * n_embd * seq for the attention scores and the

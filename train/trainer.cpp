@@ -74,17 +74,8 @@ void assign(Tensor& target, const Tensor& source, const std::string& name, const
 
 
 // The activations' dtype (GPTConfig::compute_dtype) and the attention's head size D.
-DType compute_dtype(const Config& c) {
-    return c.train.precision == "bf16" ? DType::bf16 : DType::f32;
-}
+DType compute_dtype(const Config& c) { return precision_settings(c).compute; }
 std::int64_t head_dim(const Config& c) { return c.model.n_embd / c.model.n_head; }
-
-// kernels.attention as the op's option.
-AttentionBackend attention_backend(const Config& c) {
-    return c.kernels.attention == "cudnn"   ? AttentionBackend::cudnn
-           : c.kernels.attention == "fused" ? AttentionBackend::fused
-                                            : AttentionBackend::automatic;
-}
 
 // The attention calls of this config's training steps on `device`, as the op sees them.
 AttentionCall training_attention(const Config& c, Device device) {
@@ -93,9 +84,9 @@ AttentionCall training_attention(const Config& c, Device device) {
 
 }  // namespace
 
-Device resolve_device(const std::string& name) {
-    if (name == "cpu") return Device::cpu;
-    if (name == "cuda") {
+Device resolve_device(DeviceChoice choice) {
+    if (choice == DeviceChoice::cpu) return Device::cpu;
+    if (choice == DeviceChoice::cuda) {
         cuda_backend("train.device: cuda");  // a clear error without a GPU or a CUDA build
         return Device::cuda;
     }
@@ -110,8 +101,8 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
     g.n_layer = c.model.n_layer;
     g.n_head = c.model.n_head;
     g.n_embd = c.model.n_embd;
-    g.rmsnorm = c.model.norm == "rmsnorm";
-    g.gelu = c.model.gelu == "tanh" ? GeluForm::tanh : GeluForm::exact;
+    g.rmsnorm = c.model.norm == NormLayer::rmsnorm;
+    g.gelu = c.model.gelu;
     g.bias = c.model.bias;
     g.dropout = c.model.dropout;
     g.compute_dtype = compute_dtype(c);
@@ -125,10 +116,8 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
 // constructor default (NormConfig::reduction) or its setter; and nothing global or mutable lives
 // outside the modules.
 void configure_kernels(Module& model, const Config& c) {
-    const NormReduction reduction = c.kernels.norm_reduction == "grid"     ? NormReduction::grid
-                                    : c.kernels.norm_reduction == "locked" ? NormReduction::locked
-                                                                           : NormReduction::automatic;
-    const AttentionBackend attention = attention_backend(c);
+    const NormReduction reduction = c.kernels.norm_reduction;
+    const AttentionBackend attention = c.kernels.attention;
     if (attention == AttentionBackend::cudnn) {
         const std::vector<Tensor*> params = model.parameters();
         const Device device = params.empty() ? Device::cpu : params.front()->device();
@@ -142,13 +131,6 @@ void configure_kernels(Module& model, const Config& c) {
     });
 }
 
-// The type the gradients' sums travel in (train.exchange_dtype).
-DType exchange_dtype(const Config& c) {
-    if (c.train.exchange_dtype == "auto")
-        return c.train.precision == "bf16" ? DType::bf16 : DType::f32;
-    return c.train.exchange_dtype == "bf16" ? DType::bf16 : DType::f32;
-}
-
 // The memory one step of this run needs, checked against what the device has available before
 // the model is built or anything is written, so that a batch too large for the machine is
 // refused with the number instead of ending in an out-of-memory error part way through.
@@ -156,16 +138,16 @@ TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t se
                             Device device, int world_size) {
     // Each rank holds its share of the batch.
     TrainingMemory need = estimate_training_memory(g, c.train.batch_size / world_size, seq_len,
-                                                   c.optim.name == "sgd" ? 1 : 2,
+                                                   c.optim.name == OptimizerKind::sgd ? 1 : 2,
                                                    attention_runs_cudnn(training_attention(c, device),
-                                                                        attention_backend(c)));
+                                                                        c.kernels.attention));
     if (world_size > 1) {
         // The gradients live in the exchange's buckets, all of them from the step's start; bf16
         // sums travel as rounded copies of the buckets (half their bytes); ZeRO-1 keeps
         // 1 / world_size of AdamW's state, and its slice of the sums (in the wire's type, then
         // averaged in f32).
         const double ranks = static_cast<double>(world_size);
-        const double wire = exchange_dtype(c) == DType::bf16 ? 0.5 : 1.0;
+        const double wire = precision_settings(c).exchange == DType::bf16 ? 0.5 : 1.0;
         need.gradients = need.parameters;
         need.exchange = wire < 1.0 ? wire * need.parameters : 0.0;
         if (c.train.zero == 1) {
@@ -213,7 +195,7 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
     out.vocab = Vocab::parse(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
-    set_allow_tf32(out.config.train.precision == "tf32");
+    set_allow_tf32(precision_settings(out.config).tf32);
     // The model config.yaml describes must fit before it is built (a damaged or edited config
     // could ask for any size): its weights, with the same estimate training uses.
     const GPTConfig shape = gpt_config(out.config, out.vocab.size());
@@ -228,9 +210,9 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     // Kernels are a matter of speed: a run trained with kernels.attention=cudnn is still read
     // where cuDNN cannot run (sample or eval on the CPU), with the automatic choice.
     Config kernels = out.config;
-    if (kernels.kernels.attention == "cudnn" &&
+    if (kernels.kernels.attention == AttentionBackend::cudnn &&
         !cudnn_attention_unsupported(training_attention(kernels, device)).empty())
-        kernels.kernels.attention = "auto";
+        kernels.kernels.attention = AttentionBackend::automatic;
     configure_kernels(*out.model, kernels);
     // The latest weights as --resume reads them: the checkpoint the manifest names, every file's
     // size and checksum verified (model.safetensors at the top is a link to the same bytes).
@@ -304,8 +286,8 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     // Checked before the ranks meet: these fail on every rank alike when the ranks run one
     // config (which they check once they meet), and a launcher (fusegrad --ranks, torchrun,
     // srun --kill-on-bad-exit) stops the others when one rank fails.
-    FG_CHECK(c.train.zero == 0 || c.optim.name == "adamw", "train", "train.zero: 1 splits "
-             "AdamW's state over the ranks, but optim.name is ", c.optim.name);
+    FG_CHECK(c.train.zero == 0 || c.optim.name == OptimizerKind::adamw, "train", "train.zero: 1 "
+             "splits AdamW's state over the ranks, but optim.name is sgd");
     if (dist_.distributed()) {
         if (device_ == Device::cuda) {
             // The GPU of this rank's LOCAL_RANK, before anything touches one; every GPU stays
@@ -367,7 +349,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
                                                        dist_.world_size, c.train.zero == 1,
                                                        static_cast<std::size_t>(
                                                            c.train.bucket_mb * 1048576.0),
-                                                       exchange_dtype(c));
+                                                       precision_settings(c).exchange);
     }
     opt_ = exchange_ && exchange_->zero()
                ? std::make_unique<ShardedAdamW>(params_, adamw_options(c), *exchange_)
@@ -375,7 +357,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
     // Ranks draw their rows' share of each dropout mask: one process's masks (core/random.h).
     default_generator().set_shard(dist_.rank, dist_.world_size);
-    set_allow_tf32(c.train.precision == "tf32");
+    set_allow_tf32(precision_settings(c).tf32);
     flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
                                            c.model.n_layer, c.model.n_embd, data_->sequence_length());
     if (device_ == Device::cuda)
@@ -809,21 +791,19 @@ AdamWOptions adamw_options(const Config& c) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const Config& c, const std::vector<NamedParam>& params) {
-    if (c.optim.name == "sgd")
+    if (c.optim.name == OptimizerKind::sgd)
         return std::make_unique<SGD>(params, SGDOptions{c.optim.momentum, c.optim.weight_decay});
     return std::make_unique<AdamW>(params, adamw_options(c));
 }
 
 std::unique_ptr<Dataset> make_dataset(const Config& c) {
-    if (c.data.kind == "addition")
+    if (c.data.kind == DataKind::addition)
         return std::make_unique<AdditionData>(c.data.digits, c.data.val_fraction,
                                               static_cast<std::uint64_t>(c.train.seed));
-    if (c.data.kind == "shards")
-        return std::make_unique<ShardData>(
-            c.data.path, c.data.val_path,
-            c.data.format == "raw_uint16" ? TokenFormat::raw_uint16 : TokenFormat::llmc,
-            c.data.vocab_size, c.model.block_size);
-    if (c.data.kind == "random_tokens")
+    if (c.data.kind == DataKind::shards)
+        return std::make_unique<ShardData>(c.data.path, c.data.val_path, c.data.format,
+                                           c.data.vocab_size, c.model.block_size);
+    if (c.data.kind == DataKind::random_tokens)
         return std::make_unique<RandomTokenData>(c.data.vocab_size, c.model.block_size);
     return std::make_unique<TextData>(c.data.path, c.data.val_fraction, c.model.block_size);
 }

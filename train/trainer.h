@@ -164,7 +164,7 @@ struct EvalShare {
 };
 EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& config, Device device,
                           const EvalShare& share = {});
-Device resolve_device(const std::string& name);  // auto, cpu or cuda (an error without CUDA)
+Device resolve_device(DeviceChoice choice);  // train.device (cuda: an error without CUDA)
 
 // Greedy (temperature 0) or sampled continuation of `prompts` (i32 (N, P)) by `steps` tokens;
 // returns (N, P + steps). Contexts longer than block_size keep their last block_size tokens.

@@ -46,7 +46,7 @@ int dump(int argc, char** argv) {
     const Device device = resolve_device(cfg.train.device);
     // As the trainer does: TF32 GEMMs only for train.precision tf32. fp32 is judged in plain fp32;
     // under bf16 the GEMMs take bf16 inputs, and any f32 one stays plain fp32 (PyTorch's default).
-    set_allow_tf32(cfg.train.precision == "tf32");
+    set_allow_tf32(precision_settings(cfg).tf32);
     std::filesystem::create_directories(out_dir);
 
     std::unique_ptr<Dataset> data = make_dataset(cfg);
@@ -70,8 +70,8 @@ int dump(int argc, char** argv) {
         {"n_layer", std::to_string(cfg.model.n_layer)},
         {"n_head", std::to_string(cfg.model.n_head)},
         {"n_embd", std::to_string(cfg.model.n_embd)},
-        {"norm", cfg.model.norm},
-        {"gelu", cfg.model.gelu},
+        {"norm", setting_name(cfg.model.norm)},
+        {"gelu", setting_name(cfg.model.gelu)},
         {"bias", cfg.model.bias ? "true" : "false"},
         {"dropout", str(cfg.model.dropout)},
         {"lr", str(cfg.optim.lr)},
@@ -83,7 +83,7 @@ int dump(int argc, char** argv) {
         {"beta2", str(cfg.optim.beta2)},
         {"grad_clip", str(cfg.optim.grad_clip)},
         {"device", device_name(device)},
-        {"precision", cfg.train.precision},
+        {"precision", setting_name(cfg.train.precision)},
     };
     const int kSteps = 3;
     for (int step = 0; step < kSteps; ++step) {
