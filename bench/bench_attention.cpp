@@ -36,8 +36,10 @@ struct Shape5 {
 Tensor attention_from_plain_ops(const Tensor& qkv, double p) {
     const std::int64_t b = qkv.size(1), h = qkv.size(2), t = qkv.size(3), d = qkv.size(4);
     auto part = [&](std::int64_t i) { return qkv.slice(i, i + 1).reshape({b, h, t, d}); };
-    Tensor scores = scale(matmul(part(0), part(1), false, true), 1.0 / std::sqrt(double(d)));
-    return matmul(dropout(softmax(scores, true), p, true), part(2));
+    const MatmulOptions tf32{true};
+    Tensor scores =
+        scale(matmul(part(0), part(1), false, true, tf32), 1.0 / std::sqrt(double(d)));
+    return matmul(dropout(softmax(scores, true), p, true), part(2), false, false, tf32);
 }
 
 std::string shape_name(const Shape5& s, double p) {
@@ -81,7 +83,7 @@ std::vector<Row> bench_shape(bench::Timer& timer, const Shape5& s, double p) {
     using Fn = Tensor (*)(const Tensor&, double);
     const std::pair<const char*, Fn> variants[] = {
         {"fused", [](const Tensor& x, double q) {
-             return causal_attention(x, q, true, {AttentionBackend::fused});
+             return causal_attention(x, q, true, {AttentionBackend::fused, true});
          }},
         {"plain ops", attention_from_plain_ops},
     };
@@ -141,7 +143,6 @@ int main(int argc, char** argv) {
     try {
         const kernels::DeviceInfo& dev = kernels::device_info();
         std::printf("bench_attention on %s (%d SMs)\n", dev.name.c_str(), dev.sm_count);
-        set_allow_tf32(true);
         bench::Timer timer;
         std::vector<Row> rows;
         for (Shape5 s : {Shape5{64, 6, 256, 64}, Shape5{16, 12, 1024, 64}, Shape5{4, 16, 2048, 64}})

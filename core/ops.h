@@ -51,10 +51,13 @@ Tensor mean_last(const Tensor& x); // (..., N) -> (...)
 // op(a) @ op(b) with op = transpose of the last two dims when the flag is set.
 // a (..., M, K) and b (..., K, N) with equal leading dims (batched), or b 2-D, which applies to
 // every leading index of a (a Linear layer: x (B, T, C) @ W^T with W (out, C), trans_b = true).
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-// Use TF32 tensor cores for f32 CUDA matmuls (faster, about 1e-3 relative error). Default off.
-void set_allow_tf32(bool allowed);
-bool allow_tf32();
+// options.tf32: f32 CUDA products on TF32 tensor cores (faster, about 1e-3 relative error; the
+// backward's products too); 16-bit inputs and the CPU ignore it.
+struct MatmulOptions {
+    bool tf32 = false;
+};
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
+              const MatmulOptions& options = {});
 
 // ---- a linear layer's product (ops/linear.cpp) -------------------------------------------------
 // y = x @ weight^T + bias (bias may be undefined), x (..., K), weight (N, K), bias (N), computed
@@ -62,12 +65,13 @@ bool allow_tf32();
 // gradients in their own type. It is cast(weight) -> matmul -> add(cast(bias)); for 16-bit CUDA
 // inputs with f32 parameters and a bias, one cuBLASLt product with the bias in its epilogue, and
 // in the backward the f32 weight gradient and the bias gradient from one product.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const MatmulOptions& options = {});
 // An MLP's two layers: linear(gelu(linear(x, w1, b1), form), w2, b2), w1 (H, K), w2 (N, H). With
 // the tanh form under linear's conditions for both layers, the GELU and its gradient ride in
 // cuBLASLt's epilogues too (no GELU kernels); elsewhere it is that composition.
 Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-           const Tensor& b2, GeluForm form);
+           const Tensor& b2, GeluForm form, const MatmulOptions& options = {});
 // Why cuBLASLt refused the first linear call it refused (that call, and those like it, ran as the
 // composition: the same values to rounding, more kernels), or "" while it has refused none.
 std::string linear_epilogue_failure();
@@ -97,6 +101,7 @@ enum class AttentionBackend { automatic, cudnn, fused };
 const char* attention_backend_name(AttentionBackend backend);  // "auto", "cudnn", "fused"
 struct AttentionOptions {
     AttentionBackend backend = AttentionBackend::automatic;
+    bool tf32 = false;  // the fused path's f32 products on TF32 tensor cores (MatmulOptions)
 };
 
 // Causal self-attention of every head, fused so that nothing of (T, T) size is kept for the

@@ -1,6 +1,6 @@
 // kernels/matmul.cu: see matmul.h. One cublasGemmStridedBatchedEx call per gemm: A and B of
 // ab_type, C of c_type, products accumulated in fp32 (CUBLAS_COMPUTE_32F, or its TF32 form for f32
-// inputs when set_tf32 is on), so alpha and beta are floats for every combination.
+// inputs when the call asks for it), so alpha and beta are floats for every combination.
 //
 // Row-major through a column-major library: a row-major (R, C) matrix is, byte for byte, the
 // column-major (C, R) matrix, its transpose. So C = op(A) op(B) in row-major is
@@ -17,8 +17,6 @@
 
 namespace fg::kernels {
 namespace {
-
-bool g_tf32 = false;
 
 cublasHandle_t handle() {
     static cublasHandle_t h = [] {
@@ -66,11 +64,10 @@ cudaDataType_t cuda_type(ScalarType type) {
 
 }  // namespace
 
-void set_tf32(bool enabled) { g_tf32 = enabled; }
-
 void gemm(ScalarType ab_type, ScalarType c_type, bool trans_a, bool trans_b, long long m,
           long long n, long long k, float alpha, const void* a, long long stride_a, const void* b,
-          long long stride_b, float beta, void* c, long long stride_c, long long batch) {
+          long long stride_b, float beta, void* c, long long stride_c, long long batch,
+          bool tf32) {
     if (!supported(ab_type, c_type))
         throw std::invalid_argument(std::string("gemm: A and B of ") + type_name(ab_type) +
                                     " with C of " + type_name(c_type) +
@@ -85,7 +82,7 @@ void gemm(ScalarType ab_type, ScalarType c_type, bool trans_a, bool trans_b, lon
     // TF32 rounds f32 inputs to tensor-core precision; 16-bit inputs take the tensor cores with
     // plain COMPUTE_32F.
     cublasComputeType_t compute =
-        g_tf32 && ab_type == ScalarType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        tf32 && ab_type == ScalarType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     FG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         handle(), op_b, op_a, (int)n, (int)m, (int)k, &alpha, b, ab, (int)ld_b, stride_b, a, ab,
         (int)ld_a, stride_a, &beta, c, ct, (int)n, stride_c, (int)batch, compute,

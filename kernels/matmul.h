@@ -2,7 +2,7 @@
 //   C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b],  op(A) is (M, K), op(B) is (K, N), C (M, N)
 // trans_a means A is stored (K, M) row-major; trans_b means B is stored (N, K). A stride of 0
 // reuses one matrix for every batch entry. A and B share one storage type `ab_type`; C has
-// `c_type`: f32 x f32 -> f32 (TF32 tensor-core math opt-in through set_tf32), or bf16 / f16
+// `c_type`: f32 x f32 -> f32 (TF32 tensor-core math when `tf32` is asked), or bf16 / f16
 // inputs on tensor cores with either their own type or f32 as C (attention's scores keep fp32).
 // Products always accumulate in fp32.
 #pragma once
@@ -11,10 +11,9 @@
 
 namespace fg::kernels {
 
-void set_tf32(bool enabled);
-
 void gemm(ScalarType ab_type, ScalarType c_type, bool trans_a, bool trans_b, long long m,
           long long n, long long k, float alpha, const void* a, long long stride_a, const void* b,
-          long long stride_b, float beta, void* c, long long stride_c, long long batch);
+          long long stride_b, float beta, void* c, long long stride_c, long long batch,
+          bool tf32);
 
 }  // namespace fg::kernels

@@ -61,7 +61,7 @@ Tensor GPT::forward(const Tensor& ids) const {
     for (const auto& block : h) x = block->forward(x);
     x = ln_f->forward(x);
     // Tied head: (B, T, C) @ (V, C)^T -> (B, T, V), in the activations' dtype.
-    return matmul(x, cast(wte.weight, x.dtype()), false, true);
+    return matmul(x, cast(wte.weight, x.dtype()), false, true, MatmulOptions{tf32_});
 }
 
 Tensor GPT::loss(const Tensor& logits, const Tensor& targets, int ignore_index) const {

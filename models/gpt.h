@@ -48,6 +48,9 @@ public:
     std::vector<std::pair<std::string, Tensor*>> state_dict();
     const GPTConfig& config() const { return config_; }
     std::int64_t num_parameters();  // counted once (the tied head is wte)
+    // The tied head's f32 product on TF32 tensor cores (as Linear::set_tf32; off until set).
+    bool tf32() const { return tf32_; }
+    void set_tf32(bool on) { tf32_ = on; }
 
     Embedding wte, wpe;
     std::vector<std::unique_ptr<Block>> h;
@@ -57,6 +60,7 @@ private:
     GPTConfig config_;
     Module transformer_;  // only groups the "transformer." names
     Tensor positions_;    // i32 (block_size): 0, 1, ..., made once on the model's device
+    bool tf32_ = false;
 };
 
 }  // namespace fg

@@ -114,6 +114,32 @@ TEST_CASE("kernels.norm_reduction reaches every norm of the trainer's model", "[
     }
 }
 
+TEST_CASE("train.precision tf32 reaches every product's layer, and nothing else turns it on",
+          "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings_tf32";
+    std::ostringstream log;
+    for (const std::string precision : {"tf32", "fp32", "bf16"}) {
+        INFO("train.precision=" << precision);
+        fs::remove_all(dir);
+        Trainer t(test::tiny_addition_run(dir, 2, {"train.precision=" + precision}), log);
+        const bool want = precision == "tf32";
+        CHECK(t.model().tf32() == want);
+        int linears = 0;
+        t.model().apply([&](Module& m) {
+            if (auto* layer = dynamic_cast<Linear*>(&m)) {
+                CHECK(layer->tf32() == want);
+                ++linears;
+            }
+        });
+        CHECK(linears == 4 * t.model().config().n_layer);  // c_attn, c_proj, c_fc, c_proj
+    }
+    // A model built by hand multiplies in plain fp32 until told otherwise.
+    Generator gen(1);
+    GPT plain(test::small_gpt(11, 8, 1, 2, 8), gen);
+    CHECK_FALSE(plain.tf32());
+    CHECK_FALSE(plain.h[0]->attn.c_attn.tf32());
+}
+
 TEST_CASE("a resume's kernels.norm_reduction reaches the modules, and load_run's too",
           "[kernel_settings]") {
     const std::string dir = "/tmp/fg_kernel_settings_resume";

@@ -118,6 +118,7 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
 void configure_kernels(Module& model, const Config& c) {
     const NormReduction reduction = c.kernels.norm_reduction;
     const AttentionBackend attention = c.kernels.attention;
+    const bool tf32 = precision_settings(c).tf32;
     if (attention == AttentionBackend::cudnn) {
         const std::vector<Tensor*> params = model.parameters();
         const Device device = params.empty() ? Device::cpu : params.front()->device();
@@ -125,9 +126,11 @@ void configure_kernels(Module& model, const Config& c) {
         FG_CHECK(why.empty(), "train", "kernels.attention is cudnn, but cuDNN's fused attention "
                  "cannot run this model: ", why, "; set kernels.attention to auto or fused");
     }
-    model.apply([reduction, attention](Module& m) {
+    model.apply([reduction, attention, tf32](Module& m) {
         if (auto* norm = dynamic_cast<NormBase*>(&m)) norm->set_reduction(reduction);
         if (auto* attn = dynamic_cast<CausalSelfAttention*>(&m)) attn->set_backend(attention);
+        if (auto* layer = dynamic_cast<Linear*>(&m)) layer->set_tf32(tf32);
+        if (auto* gpt = dynamic_cast<GPT*>(&m)) gpt->set_tf32(tf32);
     });
 }
 
@@ -195,7 +198,6 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
     std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
     out.vocab = Vocab::parse(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
-    set_allow_tf32(precision_settings(out.config).tf32);
     // The model config.yaml describes must fit before it is built (a damaged or edited config
     // could ask for any size): its weights, with the same estimate training uses.
     const GPTConfig shape = gpt_config(out.config, out.vocab.size());
@@ -357,7 +359,6 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
     // Ranks draw their rows' share of each dropout mask: one process's masks (core/random.h).
     default_generator().set_shard(dist_.rank, dist_.world_size);
-    set_allow_tf32(precision_settings(c).tf32);
     flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
                                            c.model.n_layer, c.model.n_embd, data_->sequence_length());
     if (device_ == Device::cuda)

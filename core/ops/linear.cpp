@@ -32,9 +32,10 @@ namespace {
 
 using namespace ops_detail;
 
-Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const MatmulOptions& options) {
     Tensor w = cast(weight, x.dtype());
-    Tensor y = matmul(x, w, false, true);
+    Tensor y = matmul(x, w, false, true, options);
     return bias.defined() ? add(y, cast(bias, x.dtype())) : y;
 }
 
@@ -96,7 +97,7 @@ Tensor input_grad(const Tensor& g, const Tensor& w16, const Shape& x_shape, std:
                   std::int64_t n, std::int64_t k, DType dt) {
     Tensor dx = Tensor::empty(x_shape, dt, Device::cuda);
     gemm_raw(Device::cuda, dt, dt, false, false, m, k, n, g.raw_data(), 0, w16.raw_data(), 0,
-             dx.raw_data(), m * k, 1);
+             dx.raw_data(), m * k, 1, false);  // 16-bit: TF32 does not apply
     return dx;
 }
 
@@ -111,7 +112,7 @@ std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& g, const Tensor& x,
                                                       db.data<float>())) {
         note_refusal("bias-gradient epilogue", m, n, k, dt);
         gemm_raw(Device::cuda, dt, DType::f32, true, false, n, k, m, g.raw_data(), 0, x.raw_data(),
-                 0, dw.raw_data(), n * k, 1);
+                 0, dw.raw_data(), n * k, 1, false);
         db = sum_to(cast_raw(g.reshape({m, n}), DType::f32), {n});  // f32, as the epilogue's
     }
     return {dw, db};
@@ -124,10 +125,11 @@ Shape with_last(Shape s, std::int64_t last) {
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const MatmulOptions& options) {
     const char* op = "linear";
     check_linear(op, x, weight, bias);
-    if (!epilogue_fits(x, weight, bias)) return composed(x, weight, bias);
+    if (!epilogue_fits(x, weight, bias)) return composed(x, weight, bias, options);
     const std::int64_t n = weight.size(0), k = weight.size(1), m = x.numel() / k;
 
     const DType dt = x.dtype();
@@ -136,7 +138,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     if (!cuda_backend(op).linear_forward_lt(scalar_type(dt), m, n, k, x.raw_data(),
                                             w16.raw_data(), b16.raw_data(), y.raw_data())) {
         note_refusal("bias epilogue", m, n, k, dt);
-        return composed(x, weight, bias);
+        return composed(x, weight, bias, options);
     }
     Tensor sx = x.detach();
     return record(op, {x, weight, bias}, y,
@@ -148,14 +150,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-           const Tensor& b2, GeluForm form) {
+           const Tensor& b2, GeluForm form, const MatmulOptions& options) {
     const char* op = "mlp";
     check_linear(op, x, w1, b1, "first weight", "first bias");
     check_layer_params(op, x, w2, b2, "second weight", "second bias");
     FG_CHECK(w2.size(1) == w1.size(0), op, "second weight of shape ", shape_str(w2.shape()),
              " does not fit first weight of shape ", shape_str(w1.shape()),
              ": it needs shape (out_features, ", w1.size(0), ")");
-    auto composition = [&] { return linear(gelu(linear(x, w1, b1), form), w2, b2); };
+    auto composition = [&] {
+        return linear(gelu(linear(x, w1, b1, options), form), w2, b2, options);
+    };
     if (form != GeluForm::tanh || !epilogue_fits(x, w1, b1) || !epilogue_fits(x, w2, b2))
         return composition();
     const std::int64_t c = w1.size(1), h = w1.size(0), out = w2.size(0), m = x.numel() / c;

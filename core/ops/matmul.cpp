@@ -18,8 +18,6 @@ namespace {
 
 using namespace ops_detail;
 
-bool g_allow_tf32 = false;
-
 struct GemmShape {
     std::int64_t batch, m, n, k;
     std::int64_t stride_a, stride_b;  // 0 for an operand shared by every batch entry
@@ -83,14 +81,14 @@ std::vector<float> widen_raw(const void* src, DType dtype, std::int64_t count) {
 }
 
 // op(a) @ op(b), not recorded.
-Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool tf32) {
     GemmShape s = gemm_shape(a, b, ta, tb);
     Tensor c = Tensor::empty(s.out_shape, a.dtype(), a.device());
     if (s.k == 0) {  // empty inner dimension: the sum of nothing
         return Tensor::zeros(s.out_shape, a.dtype(), a.device());
     }
     gemm_raw(a.device(), a.dtype(), a.dtype(), ta, tb, s.m, s.n, s.k, a.raw_data(), s.stride_a,
-             b.raw_data(), s.stride_b, c.raw_data(), s.m * s.n, s.batch);
+             b.raw_data(), s.stride_b, c.raw_data(), s.m * s.n, s.batch, tf32);
     return c;
 }
 
@@ -100,15 +98,14 @@ namespace ops_detail {
 
 void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, std::int64_t m,
               std::int64_t n, std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
-              std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch) {
+              std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch,
+              bool tf32) {
     FG_ASSERT(c_dtype == ab_dtype || (is_half(ab_dtype) && c_dtype == DType::f32),
               "gemm_raw: ", dtype_name(ab_dtype), " inputs cannot write ", dtype_name(c_dtype));
     if (batch == 0 || m == 0 || n == 0) return;
     if (device == Device::cuda) {
-        CudaBackend& cuda = cuda_backend("matmul");
-        cuda.set_tf32(g_allow_tf32);
-        cuda.gemm(scalar_type(ab_dtype), scalar_type(c_dtype), ta, tb, m, n, k, 1.0f, a, stride_a,
-                  b, stride_b, 0.0f, c, stride_c, batch);
+        cuda_backend("matmul").gemm(scalar_type(ab_dtype), scalar_type(c_dtype), ta, tb, m, n, k,
+                                    1.0f, a, stride_a, b, stride_b, 0.0f, c, stride_c, batch, tf32);
         return;
     }
     if (is_half(ab_dtype)) {
@@ -142,28 +139,26 @@ void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, st
 
 }  // namespace ops_detail
 
-void set_allow_tf32(bool allowed) { g_allow_tf32 = allowed; }
-bool allow_tf32() { return g_allow_tf32; }
-
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulOptions& options) {
     check_defined("matmul", a, "first input");
     check_defined("matmul", b, "second input");
     check_same_device("matmul", a, b);
     check_same_dtype("matmul", a, b);
     check_arithmetic_dtype("matmul", a);
-    Tensor c = gemm(a, b, ta, tb);
+    const bool tf32 = options.tf32;
+    Tensor c = gemm(a, b, ta, tb, tf32);
     Tensor sa = a.detach(), sb = b.detach();
-    return record("matmul", {a, b}, c, [sa, sb, ta, tb](const Tensor& g) -> std::vector<Tensor> {
+    return record("matmul", {a, b}, c, [sa, sb, ta, tb, tf32](const Tensor& g) -> std::vector<Tensor> {
         bool shared_b = sb.dim() == 2 && sa.dim() > 2;
-        Tensor da = ta ? gemm(sb, g, tb, true) : gemm(g, sb, false, !tb);
+        Tensor da = ta ? gemm(sb, g, tb, true, tf32) : gemm(g, sb, false, !tb, tf32);
         Tensor db;
         if (shared_b) {
             // Fold the batch into the rows: A (P, K), G (P, N) with P = batch * M.
             Tensor a2 = sa.reshape({-1, sa.size(-1)});
             Tensor g2 = g.reshape({-1, g.size(-1)});
-            db = tb ? gemm(g2, a2, true, false) : gemm(a2, g2, true, false);
+            db = tb ? gemm(g2, a2, true, false, tf32) : gemm(a2, g2, true, false, tf32);
         } else {
-            db = tb ? gemm(g, sa, true, ta) : gemm(sa, g, !ta, false);
+            db = tb ? gemm(g, sa, true, ta, tf32) : gemm(sa, g, !ta, false, tf32);
         }
         return {da.reshape(sa.shape()), db.reshape(sb.shape())};
     });

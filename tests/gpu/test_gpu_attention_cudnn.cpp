@@ -140,7 +140,6 @@ TEST_CASE("cuDNN attention is as accurate as the fused kernels, forward and back
             // values; the reference is the fused kernels in f32 (no TF32) on them.
             Tensor qkv16 = test::random_f32({3, s.b, s.h, s.t, s.d}).to(dtype).to(Device::cuda);
             Tensor w16 = test::random_f32({s.b, s.h, s.t, s.d}).to(dtype).to(Device::cuda);
-            set_allow_tf32(false);
             Run ref = run(qkv16.to(DType::f32), w16.to(DType::f32), 0.0, kFused);
             Run fused = run(qkv16, w16, 0.0, kFused);
             Run cudnn = run(qkv16, w16, 0.0, kCudnn);

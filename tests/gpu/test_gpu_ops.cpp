@@ -364,18 +364,27 @@ TEST_CASE("matmul matches the CPU in every layout", "[gpu]") {
     }
 }
 
-TEST_CASE("TF32 matmul is close, and off by default", "[gpu]") {
+TEST_CASE("TF32 matmul is close, asked per call, and off by default", "[gpu]") {
     require_gpu();
-    REQUIRE_FALSE(allow_tf32());
     Tensor a = random_f32({256, 512}), b = random_f32({512, 256});
     std::vector<double> ref = matmul(a.to(DType::f64), b.to(DType::f64)).to_vector<double>();
-    set_allow_tf32(true);
-    double err = rel_error(matmul(a.to(Device::cuda), b.to(Device::cuda)).to_vector<double>(), ref);
-    set_allow_tf32(false);
-    double err32 = rel_error(matmul(a.to(Device::cuda), b.to(Device::cuda)).to_vector<double>(), ref);
+    Tensor ca = a.to(Device::cuda), cb = b.to(Device::cuda);
+    double err = rel_error(matmul(ca, cb, false, false, {true}).to_vector<double>(), ref);
+    double err32 = rel_error(matmul(ca, cb).to_vector<double>(), ref);
     CHECK(err < 5e-3);
     CHECK(err32 < 1e-6);
     CHECK(err > err32);  // TF32 really ran: its 10-bit mantissa shows
+    // A call without the option right after one with it is plain fp32 again (nothing is left
+    // set), and the backward's products follow the forward's option.
+    Tensor x = ca.detach(), y = cb.detach();
+    x.set_requires_grad(true);
+    y.set_requires_grad(true);
+    sum(matmul(x, y, false, false, {true})).backward();
+    std::vector<double> da_tf32 = x.grad().to_vector<double>();
+    CHECK(rel_error(matmul(ca, cb).to_vector<double>(), ref) == err32);
+    x.zero_grad();
+    sum(matmul(x, y)).backward();
+    CHECK(rel_error(da_tf32, x.grad().to_vector<double>()) > 0);
 }
 
 TEST_CASE("softmax and cross-entropy match the CPU", "[gpu]") {

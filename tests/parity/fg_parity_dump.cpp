@@ -44,15 +44,14 @@ int dump(int argc, char** argv) {
     overrides.push_back("train.device=" + device_name_arg);
     Config cfg = load_config(argv[1], overrides);
     const Device device = resolve_device(cfg.train.device);
-    // As the trainer does: TF32 GEMMs only for train.precision tf32. fp32 is judged in plain fp32;
-    // under bf16 the GEMMs take bf16 inputs, and any f32 one stays plain fp32 (PyTorch's default).
-    set_allow_tf32(precision_settings(cfg).tf32);
     std::filesystem::create_directories(out_dir);
 
     std::unique_ptr<Dataset> data = make_dataset(cfg);
     Generator init(static_cast<std::uint64_t>(cfg.train.seed));
     GPT model(gpt_config(cfg, data->vocab().size()), init, device);
-    configure_kernels(model, cfg);  // as the trainer does: kernels.* on the built model
+    // As the trainer does: kernels.* and TF32 (train.precision tf32 only: fp32 is judged in plain
+    // fp32, and under bf16 the GEMMs take bf16 inputs) on the built model.
+    configure_kernels(model, cfg);
     std::vector<std::pair<std::string, Tensor>> initial;
     for (auto& [name, p] : model.state_dict()) initial.emplace_back(name, p->to(Device::cpu));
     save_safetensors(out_dir + "/model.safetensors", initial, {{"format", "pt"}});
