@@ -1,12 +1,14 @@
 // tests/catch.h: Catch2 for the tests, version 2 (Debian 12) or version 3 (Debian 13, Ubuntu
-// 24.04), whichever the build found. The tests use the names below, which mean the same in both:
+// 24.04): the one CMake found and links (FG_CATCH2_MAJOR, from tests/CMakeLists.txt; a header of
+// the other version elsewhere on the include path is not looked at). The tests use the names
+// below, which mean the same in both:
 //   ContainsSubstring  the string matcher (v2 called it Contains; v3's Contains is for ranges)
 //   Approx             Catch::Approx (v2 also had it in the global namespace)
 //   EventListenerBase  the base of a listener (v2: TestEventListenerBase, with
 //                      CATCH_CONFIG_EXTERNAL_INTERFACES defined first)
 #pragma once
 
-#if __has_include(<catch2/catch_all.hpp>)
+#if FG_CATCH2_MAJOR >= 3
 #include <catch2/catch_all.hpp>
 
 namespace fg::test {
