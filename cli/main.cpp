@@ -146,6 +146,7 @@ int sample(const SampleArgs& a, bool prompt_given) {
 int eval(const SampleArgs& a) {
     const fg::Device device = parse_device(a.device);
     fg::LoadedModel run = fg::load_run(a.run_dir, a.best, device);
+    fg::require_data_files(run.config, a.run_dir);
     std::unique_ptr<fg::Dataset> data = fg::make_dataset(run.config);
     FG_CHECK(data->vocab().chars() == run.vocab.chars(), "eval", "the data's vocabulary (",
              data->vocab().size(), " tokens) is not the one in '", a.run_dir, "/vocab.txt' (",

@@ -278,10 +278,27 @@ void check_same_config(TcpGroup& group, const Config& c) {
 // its connections, so the others hear of it at once; this bounds a rank that hangs.
 constexpr double kRanksTimeoutSeconds = 600.0;
 
+// data.path and data.val_path made absolute (a glob's folders too), so that the run directory's
+// config.yaml reads the same data from any working directory (sample, eval, --resume).
+Config with_absolute_data_paths(Config c) {
+    for (std::string* path : {&c.data.path, &c.data.val_path})
+        if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
+    return c;
+}
+
 }  // namespace
 
+void require_data_files(const Config& c, const std::string& run_dir) {
+    if (c.data.kind != DataKind::text) return;  // shards name their own missing files
+    std::error_code ec;
+    FG_CHECK(fs::exists(c.data.path, ec), "data", "the run's text file '", c.data.path,
+             "' is not there (data.path in ", (fs::path(run_dir) / "config.yaml").string(),
+             "; a relative path is read from the working directory, ",
+             fs::current_path(ec).string(), "): edit data.path there to the file's path");
+}
+
 Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
-    : cfg_(config), log_(rank_log(log)), device_(resolve_device(config.train.device)),
+    : cfg_(resuming ? config : with_absolute_data_paths(config)), log_(rank_log(log)), device_(resolve_device(config.train.device)),
       dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1),
       dist_(distributed_env()) {
     const Config& c = cfg_;
@@ -436,6 +453,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
                  " cannot change when resuming '", run_dir, "': ", change.substr(key.size() + 1),
                  "; start a new run for that (a resumed run may change ", allowed, ")");
     }
+    require_data_files(cfg, run_dir);
     std::unique_ptr<Trainer> t(new Trainer(cfg, log, true));
     std::ifstream vocab_file(fs::path(run_dir) / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "resume", "'", run_dir, "' has no vocab.txt");

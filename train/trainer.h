@@ -136,6 +136,9 @@ struct LoadedModel {
     std::unique_ptr<GPT> model;
 };
 LoadedModel load_run(const std::string& run_dir, bool best, Device device);
+// The run's text file (data.kind text) is where its config.yaml says, or an error naming the
+// file, that config.yaml and what to edit. (A new run records the data's absolute paths.)
+void require_data_files(const Config& config, const std::string& run_dir);
 // Loads `path` (a safetensors file with the model's state_dict names) into `model` on `device`;
 // a missing tensor or a different shape is an error naming it.
 void load_weights(GPT& model, const std::string& path, Device device);
