@@ -4,7 +4,7 @@
 # /usr/local/cuda) the kernels are built too.
 #   --tests  also python3-torch: the PyTorch parity test (tests/parity) runs with it.
 #   --cudnn  also the cuDNN frontend's headers (cudnn_frontend.h, header-only C++), which
-#            cuDNN's fused attention needs (FG_CUDNN, README "cuDNN attention"), when nvcc and
+#            cuDNN's fused attention needs (FG_CUDNN, README "Building by hand"), when nvcc and
 #            cuDNN itself (cudnn.h) are installed and the headers are not: downloaded with pip
 #            (the wheel of the PyPI package nvidia-cudnn-frontend ships them in include/) and
 #            copied to /usr/local/include (or $CUDNN_FRONTEND_PREFIX/include). Nothing changes in
