@@ -38,11 +38,11 @@ void reset_peak_memory(Device device);
 // Returns every cached, unused CUDA block to the driver.
 void empty_cuda_cache();
 
-// A CUDA graph's private memory (train/cuda_graph.h). While a GraphMemoryScope is open, CUDA
-// allocations are served from the pool's own blocks (or, when it has none of the size, from the
-// shared cache or the driver, the block then joining the pool), and a pool's block that is freed,
-// whenever that happens, returns to the pool, never to the shared cache. So the addresses a graph
-// was captured with stay the graph's across its replays, whatever else runs between them.
+// A CUDA graph's private memory (a captured training step's). While a GraphMemoryScope is open,
+// CUDA allocations are served from the pool's own blocks (or, when it has none of the size, from
+// the shared cache or the driver, the block then joining the pool), and a pool's block that is
+// freed, whenever that happens, returns to the pool, never to the shared cache. So the addresses a
+// graph was captured with stay the graph's across its replays, whatever else runs between them.
 // Pools are numbered from 1; release_graph_pool hands the pool's free blocks back to the shared
 // cache (call it once the graph is destroyed and its last replay has finished) and its blocks
 // still in use join the shared cache when they are freed.

@@ -15,7 +15,7 @@
 #include "kernels/layout.h"           // PermuteParams
 #include "kernels/nccl.h"             // several GPUs
 #include "kernels/norm.h"             // NormForwardArgs, NormBackwardArgs
-#include "kernels/optim.h"            // AdamWStep
+#include "kernels/adamw.h"            // AdamWStep
 
 namespace fg {
 

@@ -124,7 +124,7 @@ Tensor causal_self_attention(const Tensor& qkv, std::int64_t heads, double dropo
                              bool training = true, const AttentionOptions& options = {});
 // Why cuDNN refused the first of causal_self_attention's calls on the packed layouts that it
 // refused (such calls run it between permutes: the same result, more copies), or "" while it has
-// refused none. The trainer logs it.
+// refused none, for a log.
 std::string packed_cudnn_attention_failure();
 // A call of causal attention, as the choice of its kernels sees it.
 struct AttentionCall {
@@ -140,8 +140,8 @@ struct AttentionCall {
 // and T >= 2 for a call that records a backward.
 std::string cudnn_attention_unsupported(const AttentionCall& call);
 // Whether causal attention under `backend` runs cuDNN's kernels for `call` (the rule under
-// AttentionBackend above; with cudnn, a call cuDNN cannot run is the op's error). The op, the
-// trainer's memory estimate and `fusegrad info` all ask this one function.
+// AttentionBackend above; with cudnn, a call cuDNN cannot run is the op's error). The op and
+// anything that plans for it (a memory estimate, a report of the build) ask this one function.
 bool attention_runs_cudnn(const AttentionCall& call, AttentionBackend backend);
 
 // ---- layout and conversion (ops/layout.cpp) -------------------------------------------------

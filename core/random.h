@@ -38,7 +38,7 @@ public:
         offset_ += static_cast<std::uint64_t>(shards_) * stride;
         return first;
     }
-    // Data-parallel ranks (train/distributed.h) hold shard `shard` of `shards` equal slices of
+    // Data-parallel ranks hold shard `shard` of `shards` equal slices of
     // every batch, in rank order: drawing dropout masks through advance_aligned, each rank then
     // gets the counters one process would use for its rows, and so the same masks.
     void set_shard(int shard, int shards) {

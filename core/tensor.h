@@ -93,12 +93,12 @@ public:
     // its values counting: the first accumulation into it overwrites them (a copy, not an add),
     // later ones add, as if it had been zero. grad() returns `storage` meanwhile, with whatever
     // it held. Data-parallel training has the backward write into its exchange buckets this way,
-    // without zeroing them every step (train/grad_exchange.h).
+    // without zeroing them every step.
     void set_grad_storage(const Tensor& storage);
     // Runs `hook` each time a backward has finished adding into this leaf's gradient: once per
     // backward that reaches the leaf, after all of its contributions (both uses of a tied weight,
     // say), so grad() is then final for that backward. An empty function removes it. Leaves
-    // only. What data-parallel training starts its gradient exchange from (train/grad_exchange.h).
+    // only. What data-parallel training starts its gradient exchange from.
     void set_post_accumulate_grad_hook(std::function<void()> hook);
     const std::shared_ptr<Node>& grad_fn() const;
     // Backpropagates from this tensor. Without `grad`, the tensor must hold one element.

@@ -41,7 +41,7 @@ void fill(void* dst, ScalarType type, double value, long long n);
 // dst[i] = convert(src[i]); float <-> bf16/f16 rounds to nearest even.
 void cast(const void* src, ScalarType from, void* dst, ScalarType to, long long n);
 // dst[i] = alpha * float(src[i]) in one pass, src f32, bf16 or f16: the same float product as
-// cast then scale (the ranks' gradient sums averaged into f32: train/grad_exchange.cpp).
+// cast then scale (16-bit sums of several ranks' gradients averaged into f32, say).
 void widen_scale(const void* src, ScalarType from, float alpha, float* dst, long long n);
 // Philox draws (see philox.h): element i uses counter offset + i.
 void random_uniform_f32(float* out, long long n, unsigned long long seed,

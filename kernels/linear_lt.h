@@ -22,7 +22,7 @@
 // products and sums. The sizes must be positive and `type` bf16 or f16 (else an error). The
 // first call of a shape asks cuBLASLt's heuristic and keeps the answer; cuBLASLt's workspace is
 // one 32 MiB buffer allocated at the first call, outside the caching allocator (so that call
-// must not be inside a CUDA graph capture, which the trainer's eager first step ensures).
+// must not be inside a CUDA graph capture: run a layer once before capturing it).
 #pragma once
 
 #include "elementwise.h"  // ScalarType

@@ -1,7 +1,7 @@
 // kernels/nccl.h: NCCL, the library that sums tensors across GPUs, as data-parallel training
-// uses it (train/grad_exchange.h): one communicator a process, with a stream of its own on which
+// uses it: one communicator a process, with a stream of its own on which
 // the gradients are summed while fusegrad's stream goes on with the backward. Plain C++ (no CUDA
-// types), so core/ and train/ can include it. Built from kernels/nccl.cpp with NCCL (FG_NCCL,
+// types), so host code anywhere can include it. Built from kernels/nccl.cpp with NCCL (FG_NCCL,
 // cmake/FusegradNccl.cmake), else from kernels/nccl_stub.cpp, whose functions say NCCL is
 // missing.
 #pragma once
@@ -20,8 +20,8 @@ namespace fg::kernels {
 std::string nccl_unavailable();
 // NCCL's version, e.g. "2.27.7"; "" without NCCL.
 std::string nccl_version();
-// The id every rank's communicator is made from: rank 0 makes it, the others receive it (over
-// TCP: train/distributed.h's TcpGroup::broadcast).
+// The id every rank's communicator is made from: rank 0 makes it, the others receive it (by any
+// channel the ranks share, such as their TCP rendezvous).
 std::vector<std::uint8_t> nccl_unique_id();
 // This process's communicator among world_size ranks (collective: every rank calls it).
 void* nccl_communicator(const std::vector<std::uint8_t>& unique_id, int world_size, int rank);

@@ -131,7 +131,7 @@ void event_record(void* event);
 void event_synchronize(void* event);
 void event_destroy(void* event) noexcept;
 // An event that also keeps the time it was reached, and the GPU time in milliseconds between two
-// such events once both have been reached (it waits for `end`): the trainer's phase times.
+// such events once both have been reached (it waits for `end`): a step's phase times, say.
 void* event_create_timed();
 float event_elapsed_ms(void* start, void* end);
 
@@ -139,7 +139,7 @@ float event_elapsed_ms(void* start, void* end);
 // attention's probabilities, cuDNN's seed) use the counter offset + *base when a base is set,
 // offset alone when it is null (the default). A captured training step sets it while it is
 // captured, so that the offsets baked into the graph are relative and one small kernel moves the
-// base on at every replay (train/cuda_graph.h).
+// base on at every replay.
 void set_philox_offset_base(const unsigned long long* base);
 const unsigned long long* philox_offset_base();
 

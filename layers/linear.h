@@ -15,8 +15,8 @@ public:
     Linear(std::int64_t in_features, std::int64_t out_features, bool bias, float init_std,
            Generator& gen, Device device = Device::cpu);
     Tensor forward(const Tensor& x) const;  // x (..., in) -> (..., out)
-    // f32 products on TF32 tensor cores (core/ops.h, MatmulOptions): off until set (the trainer
-    // sets it from train.precision on a built model).
+    // f32 products on TF32 tensor cores (core/ops.h, MatmulOptions): off until set (on a built
+    // model, with Module::apply).
     bool tf32() const { return tf32_; }
     void set_tf32(bool on) { tf32_ = on; }
 

@@ -32,8 +32,7 @@ public:
     // Calls fn on this module, then on every sub-module, depth first in registration order (a
     // module before its children, where PyTorch's Module.apply visits the children first), each
     // module once per registration. For settings that belong to a layer but not to the model's
-    // shape: the trainer sets the norms' dw/db reduction this way (train/trainer.h,
-    // configure_kernels).
+    // shape, such as the norms' dw/db reduction, set once the model is built.
     void apply(const std::function<void(Module&)>& fn);
 
     // For containers that only group names (a GPT's "transformer."): same as register_module.

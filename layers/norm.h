@@ -16,7 +16,7 @@ struct NormConfig {
     bool bias = false;
     bool zero_centered = false;
     // For dw / db on CUDA: the layer's initial setting, which set_reduction changes later (the
-    // trainer sets it from kernels.norm_reduction on a built model).
+    // owner of a built model may set it on every norm, with Module::apply).
     NormReduction reduction = NormReduction::automatic;
     DType param_dtype = DType::f32;  // f32, or the activations' dtype
     Device device = Device::cpu;

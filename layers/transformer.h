@@ -32,8 +32,8 @@ class CausalSelfAttention final : public Module {
 public:
     CausalSelfAttention(const TransformerConfig& cfg, Generator& gen);
     Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
-    // Which kernels the attention runs (core/ops.h, AttentionBackend): automatic until set (the
-    // trainer sets it from kernels.attention on a built model, train/trainer.h).
+    // Which kernels the attention runs (core/ops.h, AttentionBackend): automatic until set (on a
+    // built model, with Module::apply).
     AttentionBackend backend() const { return backend_; }
     void set_backend(AttentionBackend backend) { backend_ = backend; }
 

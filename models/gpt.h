@@ -15,8 +15,8 @@
 
 namespace fg {
 
-// The model's shape and arithmetic. Kernel settings (a config's kernels.*) are not here: the
-// trainer sets them on the built model's layers (train/trainer.h, configure_kernels).
+// The model's shape and arithmetic. Kernel settings (the norms' reduction, the attention's
+// kernels, TF32) are not here: they are set on the built model's layers (Module::apply).
 struct GPTConfig {
     std::int64_t vocab_size = 0;
     std::int64_t block_size = 0;

@@ -29,7 +29,7 @@ struct TrainingMemory {
     double activations = 0;  // saved by the forward and not yet used by the backward
     double gradients = 0;    // f32 gradients made so far (zero_grad frees them each step)
     double workspace = 0;    // buffers of the op running then
-    double exchange = 0;     // several ranks: the gradients' flat buckets (train/grad_exchange.h)
+    double exchange = 0;     // several ranks: the gradients' flat buckets of their exchange
     double total() const {
         return parameters + gradients + optimizer_state + weight_copies + activations + workspace +
                exchange;

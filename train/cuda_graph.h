@@ -41,7 +41,7 @@
 #include "config.h"
 #include "core/random.h"
 #include "data.h"
-#include "kernels/optim.h"  // StepState, StepRecord, AdamWStep (plain C++)
+#include "kernels/adamw.h"  // StepState, StepRecord, AdamWStep (plain C++)
 #include "models/gpt.h"
 #include "optim.h"
 

@@ -1,5 +1,5 @@
 // train/optim.h: optimizers and the learning-rate schedule.
-//   AdamW: PyTorch's update (kernels/optim.h states it), decoupled weight decay applied only to
+//   AdamW: PyTorch's update (kernels/adamw.h states it), decoupled weight decay applied only to
 //     parameters with 2 or more dims (matrices and embeddings, as nanoGPT does); on CUDA one
 //     multi-tensor launch a kernels::kMaxTensorsPerLaunch parameters, the clip factor applied
 //     inside it; the same arithmetic on the CPU.
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "kernels/optim.h"  // AdamWStep, AdamWTensor (plain C++)
+#include "kernels/adamw.h"  // AdamWStep, AdamWTensor (plain C++)
 
 namespace fg {
 

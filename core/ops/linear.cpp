@@ -39,7 +39,7 @@ Tensor composed(const Tensor& x, const Tensor& weight, const Tensor& bias,
     return bias.defined() ? add(y, cast(bias, x.dtype())) : y;
 }
 
-// The first refusal, kept for the trainer's log.
+// The first refusal, kept for whoever logs it (linear_epilogue_failure).
 struct Refusals {
     std::mutex guard;
     std::string first;

@@ -1,14 +1,14 @@
-// kernels/optim.cu: see optim.h. Each launch takes up to kMaxTensorsPerLaunch tensors by value
+// kernels/adamw.cu: see adamw.h. Each launch takes up to kMaxTensorsPerLaunch tensors by value
 // (a struct of pointers and sizes, well within a kernel's parameter space) and walks them one
 // after the other, every block grid-striding over each tensor's elements. The AdamW arithmetic
-// is the host reference's (train/optim.cpp), written with explicitly rounded operations (no FMA
-// contraction) so that both produce the same bits.
+// is a host reference's with the same factors, written with explicitly rounded operations (no
+// FMA contraction) so that both produce the same bits.
 #include <algorithm>
 #include <cstdint>
 
 #include "block_reduce.cuh"
 #include "device_error.cuh"
-#include "optim.h"
+#include "adamw.h"
 #include "runtime.h"
 
 namespace fg::kernels {

@@ -1,4 +1,4 @@
-// kernels/optim.h: the optimizer's kernels, each launched over a whole list of f32 tensors at
+// kernels/adamw.h: the optimizer's kernels, each launched over a whole list of f32 tensors at
 // once (a "multi-tensor" launch: the list is a kernel parameter, so one launch updates up to
 // kMaxTensorsPerLaunch tensors and nothing is uploaded; a captured graph keeps the list).
 //
@@ -14,10 +14,10 @@
 //   v = beta2 * v + (1 - beta2) * g * g
 //   p = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
 // with step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t). Every factor is computed
-// once on the host (in float), so the device does exactly the host reference's operations
-// (train/optim.cpp), and the two produce the same bits.
+// once on the host (in float), so the device does exactly the operations of a host AdamW that
+// computes the same factors, and the two produce the same bits.
 //
-// A training step captured in a CUDA graph (train/cuda_graph.h) is replayed without the host, so
+// A training step captured in a CUDA graph is replayed without the host, so
 // what changes from step to step lives on the device: a StepState (the step counter, the dropout
 // counters' base, the halt flag), the AdamW factors of the coming steps in a table the host
 // fills (the same floats the host would have passed), and a ring of each step's loss and norm
