@@ -10,8 +10,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
-#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -59,176 +57,7 @@ std::vector<std::pair<std::string, Tensor>> to_list(
     return out;
 }
 
-// Copies a checkpoint tensor into `target`, keeping its device and requires_grad.
-void assign(Tensor& target, const Tensor& source, const std::string& name, const std::string& file,
-            Device device) {
-    if (target.defined())
-        FG_CHECK(source.shape() == target.shape(), "load", "'", file, "': ", name, " has shape ",
-                 shape_str(source.shape()), ", the model needs ", shape_str(target.shape()),
-                 " (a different model shape?)");
-    bool grad = target.defined() && target.requires_grad();
-    NoGradGuard no_grad;
-    target = source.to(device).detach();
-    if (grad) target.set_requires_grad(true);
-}
-
-
-// The activations' dtype (GPTConfig::compute_dtype) and the attention's head size D.
-DType compute_dtype(const Config& c) { return precision_settings(c).compute; }
-std::int64_t head_dim(const Config& c) { return c.model.n_embd / c.model.n_head; }
-
-// The attention calls of this config's training steps on `device`, as the op sees them.
-AttentionCall training_attention(const Config& c, Device device) {
-    return {device, compute_dtype(c), head_dim(c), c.model.block_size, true, true};
-}
-
 }  // namespace
-
-Device resolve_device(DeviceChoice choice) {
-    if (choice == DeviceChoice::cpu) return Device::cpu;
-    if (choice == DeviceChoice::cuda) {
-        cuda_backend("train.device: cuda");  // a clear error without a GPU or a CUDA build
-        return Device::cuda;
-    }
-    return cuda_is_available() ? Device::cuda : Device::cpu;
-}
-
-// The model a config describes, with `vocab` tokens unless model.vocab_size says more.
-GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
-    GPTConfig g;
-    g.vocab_size = c.model.vocab_size ? c.model.vocab_size : vocab;
-    g.block_size = c.model.block_size;
-    g.n_layer = c.model.n_layer;
-    g.n_head = c.model.n_head;
-    g.n_embd = c.model.n_embd;
-    g.rmsnorm = c.model.norm == NormLayer::rmsnorm;
-    g.gelu = c.model.gelu;
-    g.bias = c.model.bias;
-    g.dropout = c.model.dropout;
-    g.compute_dtype = compute_dtype(c);
-    return g;
-}
-
-// The model is built from its shape alone (gpt_config); the kernels' settings are a different
-// concern and are set here, once, on the modules that read them. A setting added later (an
-// attention backend, say) touches the config schema, this function and the layer that reads it,
-// not every constructor between the config and that layer; a layer built by hand keeps its own
-// constructor default (NormConfig::reduction) or its setter; and nothing global or mutable lives
-// outside the modules.
-void configure_kernels(Module& model, const Config& c) {
-    const NormReduction reduction = c.kernels.norm_reduction;
-    const AttentionBackend attention = c.kernels.attention;
-    const bool tf32 = precision_settings(c).tf32;
-    if (attention == AttentionBackend::cudnn) {
-        const std::vector<Tensor*> params = model.parameters();
-        const Device device = params.empty() ? Device::cpu : params.front()->device();
-        const std::string why = cudnn_attention_unsupported(training_attention(c, device));
-        FG_CHECK(why.empty(), "train", "kernels.attention is cudnn, but cuDNN's fused attention "
-                 "cannot run this model: ", why, "; set kernels.attention to auto or fused");
-    }
-    model.apply([reduction, attention, tf32](Module& m) {
-        if (auto* norm = dynamic_cast<NormBase*>(&m)) norm->set_reduction(reduction);
-        if (auto* attn = dynamic_cast<CausalSelfAttention*>(&m)) attn->set_backend(attention);
-        if (auto* layer = dynamic_cast<Linear*>(&m)) layer->set_tf32(tf32);
-        if (auto* gpt = dynamic_cast<GPT*>(&m)) gpt->set_tf32(tf32);
-    });
-}
-
-// The memory one step of this run needs, checked against what the device has available before
-// the model is built or anything is written, so that a batch too large for the machine is
-// refused with the number instead of ending in an out-of-memory error part way through.
-TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t seq_len,
-                            Device device, int world_size) {
-    // Each rank holds its share of the batch.
-    TrainingMemory need = estimate_training_memory(g, c.train.batch_size / world_size, seq_len,
-                                                   c.optim.name == OptimizerKind::sgd ? 1 : 2,
-                                                   attention_runs_cudnn(training_attention(c, device),
-                                                                        c.kernels.attention));
-    if (world_size > 1) {
-        // The gradients live in the exchange's buckets, all of them from the step's start; bf16
-        // sums travel as rounded copies of the buckets (half their bytes); ZeRO-1 keeps
-        // 1 / world_size of AdamW's state, and its slice of the sums (in the wire's type, then
-        // averaged in f32).
-        const double ranks = static_cast<double>(world_size);
-        const double wire = precision_settings(c).exchange == DType::bf16 ? 0.5 : 1.0;
-        need.gradients = need.parameters;
-        need.exchange = wire < 1.0 ? wire * need.parameters : 0.0;
-        if (c.train.zero == 1) {
-            need.optimizer_state /= ranks;
-            need.exchange += (wire + 1.0) * need.parameters / ranks;
-        }
-    }
-    if (!c.train.memory_check) return need;
-    const double available = static_cast<double>(available_memory(device));
-    FG_CHECK(need.total() <= available, "train", "one step of this run needs about ",
-             need.describe(), " (train.batch_size ", c.train.batch_size, " x ", seq_len,
-             " tokens), but ", device_name(device), " has ",
-             format_bytes(static_cast<std::size_t>(available)),
-             " available: reduce train.batch_size (raise train.grad_accum to keep the tokens "
-             "per step), model.block_size or the model's size; or set train.memory_check=false "
-             "to try anyway");
-    return need;
-}
-
-void load_weights(GPT& model, const std::string& path, Device device) {
-    SafetensorsFile weights = load_safetensors(path);
-    auto params = model.state_dict();
-    for (const auto& [name, t] : weights.tensors) {  // every tensor is one of the model's
-        bool known = false;
-        for (const auto& [n, p] : params) known = known || n == name;
-        FG_CHECK(known, "load", "'", path, "' holds a tensor '", name,
-                 "' that the model does not have (a different model, or a damaged file)");
-        const Tensor f = t.to(DType::f64);
-        for (double v : f.to_vector<double>())
-            FG_CHECK(std::isfinite(v), "load", "'", path, "': tensor '", name,
-                     "' holds a non-finite value (", v, "): these weights cannot be used");
-    }
-    for (auto& [name, p] : params) {
-        const Tensor* t = weights.find(name);
-        FG_CHECK(t != nullptr, "load", "'", path, "' has no tensor '", name,
-                 "' (a different model shape?)");
-        assign(*p, *t, name, path, device);
-    }
-}
-
-LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
-    LoadedModel out;
-    fs::path dir(run_dir);
-    out.config = load_config((dir / "config.yaml").string());
-    std::ifstream vocab_file(dir / "vocab.txt", std::ios::binary);
-    FG_CHECK(vocab_file.good(), "load", "'", run_dir, "' has no vocab.txt (is it a run directory?)");
-    out.vocab = Vocab::parse(std::string(std::istreambuf_iterator<char>(vocab_file), {}));
-    // The model config.yaml describes must fit before it is built (a damaged or edited config
-    // could ask for any size): its weights, with the same estimate training uses.
-    const GPTConfig shape = gpt_config(out.config, out.vocab.size());
-    const double weights_bytes = estimate_training_memory(shape, 1, 1, 0).parameters;
-    const double available = static_cast<double>(available_memory(device));
-    FG_CHECK(weights_bytes <= available, "load", "the model '", (dir / "config.yaml").string(),
-             "' describes needs ", format_bytes(weights_bytes),
-             " for its weights, but ", device_name(device), " has ",
-             format_bytes(static_cast<std::size_t>(available)), " available");
-    Generator init(0);  // overwritten by the checkpoint
-    out.model = std::make_unique<GPT>(shape, init, device);
-    // Kernels are a matter of speed: a run trained with kernels.attention=cudnn is still read
-    // where cuDNN cannot run (sample or eval on the CPU), with the automatic choice.
-    Config kernels = out.config;
-    if (kernels.kernels.attention == AttentionBackend::cudnn &&
-        !cudnn_attention_unsupported(training_attention(kernels, device)).empty())
-        kernels.kernels.attention = AttentionBackend::automatic;
-    configure_kernels(*out.model, kernels);
-    // The latest weights as --resume reads them: the checkpoint the manifest names, every file's
-    // size and checksum verified (model.safetensors at the top is a link to the same bytes).
-    std::string weights = (dir / (best ? "best.safetensors" : "model.safetensors")).string();
-    if (!best && has_checkpoint(run_dir)) {
-        const CheckpointManifest m = verified_checkpoint(run_dir);
-        FG_CHECK(m.files.count("model.safetensors"), "load", "the checkpoint of step ", m.step,
-                 " in '", run_dir, "' has no model.safetensors");
-        weights = (dir / m.folder / "model.safetensors").string();
-    }
-    load_weights(*out.model, weights, device);
-    out.model->train(false);
-    return out;
-}
 
 void Trainer::request_stop() { g_stop = true; }
 bool Trainer::stop_requested() { return g_stop; }
@@ -278,24 +107,7 @@ void check_same_config(TcpGroup& group, const Config& c) {
 // its connections, so the others hear of it at once; this bounds a rank that hangs.
 constexpr double kRanksTimeoutSeconds = 600.0;
 
-// data.path and data.val_path made absolute (a glob's folders too), so that the run directory's
-// config.yaml reads the same data from any working directory (sample, eval, --resume).
-Config with_absolute_data_paths(Config c) {
-    for (std::string* path : {&c.data.path, &c.data.val_path})
-        if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
-    return c;
-}
-
 }  // namespace
-
-void require_data_files(const Config& c, const std::string& run_dir) {
-    if (c.data.kind != DataKind::text) return;  // shards name their own missing files
-    std::error_code ec;
-    FG_CHECK(fs::exists(c.data.path, ec), "data", "the run's text file '", c.data.path,
-             "' is not there (data.path in ", (fs::path(run_dir) / "config.yaml").string(),
-             "; a relative path is read from the working directory, ",
-             fs::current_path(ec).string(), "): edit data.path there to the file's path");
-}
 
 Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     : cfg_(resuming ? config : with_absolute_data_paths(config)), log_(rank_log(log)), device_(resolve_device(config.train.device)),
@@ -553,7 +365,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
         FG_CHECK(t != nullptr, "resume", "'", model_path, "' has no tensor '", name, "'");
         FG_CHECK(t->dtype() == DType::f32, "resume", "'", model_path, "': '", name, "' is ",
                  dtype_name(t->dtype()), ", the master weights are f32");
-        assign(*p, *t, name, model_path, device_);
+        load_tensor(*p, *t, name, model_path, device_);
     }
     opt_->prepare_state_load();  // ZeRO-1: whole host tensors to load into (every rank loads)
     for (auto& [name, t] : opt_->named_state()) {
@@ -565,7 +377,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
         if (s) {
             FG_CHECK(s->dtype() == DType::f32, "resume", "'", state_path, "': '", name, "' is ",
                      dtype_name(s->dtype()), ", not f32");
-            assign(*t, *s, name, state_path, t->defined() ? t->device() : device_);
+            load_tensor(*t, *s, name, state_path, t->defined() ? t->device() : device_);
         }
     }
     opt_->shard_state();
@@ -801,85 +613,6 @@ EvalResult Trainer::evaluate() {
     return evaluate_model(*model_, *data_, cfg_, device_, share);
 }
 
-AdamWOptions adamw_options(const Config& c) {
-    AdamWOptions o;
-    o.beta1 = c.optim.beta1;
-    o.beta2 = c.optim.beta2;
-    o.weight_decay = c.optim.weight_decay;
-    return o;
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const Config& c, const std::vector<NamedParam>& params) {
-    if (c.optim.name == OptimizerKind::sgd)
-        return std::make_unique<SGD>(params, SGDOptions{c.optim.momentum, c.optim.weight_decay});
-    return std::make_unique<AdamW>(params, adamw_options(c));
-}
-
-std::unique_ptr<Dataset> make_dataset(const Config& c) {
-    if (c.data.kind == DataKind::addition)
-        return std::make_unique<AdditionData>(c.data.digits, c.data.val_fraction,
-                                              static_cast<std::uint64_t>(c.train.seed));
-    if (c.data.kind == DataKind::shards)
-        return std::make_unique<ShardData>(c.data.path, c.data.val_path, c.data.format,
-                                           c.data.vocab_size, c.model.block_size);
-    if (c.data.kind == DataKind::random_tokens)
-        return std::make_unique<RandomTokenData>(c.data.vocab_size, c.model.block_size);
-    return std::make_unique<TextData>(c.data.path, c.data.val_fraction, c.model.block_size);
-}
-
-EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, Device device,
-                          const EvalShare& share) {
-    NoGradGuard no_grad;
-    bool was_training = model.training();
-    model.train(false);
-    EvalResult r;
-    Generator gen(static_cast<std::uint64_t>(cfg.train.seed) + 3);  // the same batches each time
-    const auto mine = [&share](std::int64_t i) { return i % share.world_size == share.rank; };
-    double totals[3] = {0.0, 0.0, 0.0};  // train loss, val loss, held-out problems right
-    for (Split split : {Split::train, Split::val}) {
-        double& total = totals[split == Split::train ? 0 : 1];
-        for (std::int64_t i = 0; i < cfg.train.eval_iters; ++i) {
-            // Every rank draws every batch (the generator moves the same way), its own it uses.
-            Batch b = data.batch(split, cfg.train.batch_size, gen, mine(i) ? device : Device::cpu);
-            if (mine(i)) total += model.loss(model.forward(b.inputs), b.targets).item();
-        }
-    }
-    const AdditionData* add = dynamic_cast<const AdditionData*>(&data);
-    std::int64_t problems = 0;
-    if (add) {
-        auto all_pairs = add->held_out_pairs();
-        if (all_pairs.size() > 2000) all_pairs.resize(2000);
-        problems = static_cast<std::int64_t>(all_pairs.size());
-        std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
-        for (std::size_t i = 0; i < all_pairs.size(); ++i)
-            if (mine(static_cast<std::int64_t>(i))) pairs.push_back(all_pairs[i]);
-        if (!pairs.empty()) {  // a rank may have none of few problems
-            std::vector<std::int32_t> prompt_ids;
-            for (auto [a, b] : pairs) {
-                std::vector<std::int32_t> ids = add->vocab().encode(add->prompt(a, b));
-                prompt_ids.insert(prompt_ids.end(), ids.begin(), ids.end());
-            }
-            const auto n = static_cast<std::int64_t>(pairs.size()), p = 2 * add->digits() + 2;
-            Tensor out = generate(model, Tensor::from_vector(prompt_ids, {n, p}, device),
-                                  add->digits() + 1, 0.0, 0, gen, add->vocab().size());
-            std::vector<std::int32_t> ids = out.to_vector<std::int32_t>();
-            const std::int64_t width = p + add->digits() + 1;
-            for (std::int64_t i = 0; i < n; ++i) {
-                std::vector<std::int32_t> row(ids.begin() + i * width,
-                                              ids.begin() + (i + 1) * width);
-                const auto [x, y] = pairs[static_cast<std::size_t>(i)];
-                totals[2] += add->vocab().decode(row) == add->problem(x, y);
-            }
-        }
-    }
-    if (share.sum) share.sum(totals, 3);
-    r.train_loss = totals[0] / static_cast<double>(cfg.train.eval_iters);
-    r.val_loss = totals[1] / static_cast<double>(cfg.train.eval_iters);
-    if (add) r.accuracy = problems ? totals[2] / static_cast<double>(problems) : 0.0;
-    model.train(was_training);
-    return r;
-}
-
 void Trainer::report_step(std::int64_t step, double loss, double lr, double norm, double ms) {
     const Config& c = cfg_;
     const std::int64_t tokens_per_step =
@@ -1025,57 +758,6 @@ void Trainer::run(std::int64_t stop_at) {
         write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
                          (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
     if (should_stop()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
-}
-
-Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,
-                std::int64_t top_k, Generator& gen, std::int64_t drawn_vocab) {
-    NoGradGuard no_grad;
-    bool was_training = model.training();
-    model.train(false);
-    const std::int64_t n = prompts.size(0), block = model.config().block_size;
-    const std::int64_t row_size = model.config().vocab_size;  // logits per position
-    const std::int64_t vocab =
-        drawn_vocab > 0 ? std::min(drawn_vocab, row_size) : row_size;  // the ids drawn
-    // Every row's whole sequence, prompt then new tokens, in a buffer of its final length: each
-    // new token is written in place (no copy of the sequence a token).
-    const std::int64_t first = prompts.size(1), total = first + steps;
-    const std::vector<std::int32_t> prompt_ids = prompts.to_vector<std::int32_t>();
-    std::vector<std::int32_t> seq(static_cast<std::size_t>(n * total));
-    for (std::int64_t i = 0; i < n; ++i)
-        std::copy(prompt_ids.begin() + i * first, prompt_ids.begin() + (i + 1) * first,
-                  seq.begin() + i * total);
-    for (std::int64_t len = first; len < total; ++len) {
-        std::int64_t ctx = std::min(len, block);
-        std::vector<std::int32_t> window(n * ctx);
-        for (std::int64_t i = 0; i < n; ++i)
-            std::copy(seq.begin() + i * total + (len - ctx), seq.begin() + i * total + len,
-                      window.begin() + i * ctx);
-        Tensor logits = model.forward(Tensor::from_vector(window, {n, ctx}, prompts.device()));
-        std::vector<float> all = logits.to_vector<float>();
-        std::vector<std::int32_t> next(n);
-        for (std::int64_t i = 0; i < n; ++i) {
-            const float* row = all.data() + (i * ctx + ctx - 1) * row_size;
-            if (temperature <= 0.0) {
-                next[i] = static_cast<std::int32_t>(std::max_element(row, row + vocab) - row);
-                continue;
-            }
-            std::vector<std::pair<float, std::int32_t>> cand;
-            for (std::int64_t v = 0; v < vocab; ++v) cand.emplace_back(row[v], static_cast<std::int32_t>(v));
-            std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
-            if (top_k > 0 && top_k < vocab) cand.resize(top_k);
-            double total = 0.0;
-            std::vector<double> w(cand.size());
-            for (std::size_t k = 0; k < cand.size(); ++k)
-                total += w[k] = std::exp((cand[k].first - cand[0].first) / temperature);
-            double u = rand({1}, Device::cpu, &gen).to_vector<float>()[0] * total;
-            std::size_t k = 0;
-            while (k + 1 < cand.size() && u >= w[k]) u -= w[k++];
-            next[i] = cand[k].second;
-        }
-        for (std::int64_t i = 0; i < n; ++i) seq[i * total + len] = next[i];
-    }
-    model.train(was_training);
-    return Tensor::from_vector(seq, {n, total}, prompts.device());
 }
 
 }  // namespace fg

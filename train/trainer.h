@@ -1,4 +1,6 @@
-// train/trainer.h: one training run, from a Config to a run directory.
+// train/trainer.h: one training run, from a Config to a run directory: the loop, its reporting
+// and its checkpoints. Building a run's parts from a config is train/setup.h; evaluation,
+// generation and reading a run back are train/evaluate.h.
 //
 // The run directory holds: config.yaml (the resolved config), vocab.txt (the vocabulary: one
 // character per id, as bytes, or for token data one line such as "tokens: gpt2 50257"), the
@@ -26,17 +28,14 @@
 #include "cuda_graph.h"
 #include "data.h"
 #include "distributed.h"
+#include "evaluate.h"
 #include "grad_exchange.h"
 #include "models/gpt.h"
 #include "optim.h"
+#include "setup.h"
 #include "step_phases.h"
 
 namespace fg {
-
-struct EvalResult {
-    double train_loss = 0.0, val_loss = 0.0;
-    double accuracy = -1.0;  // exact match on held-out addition problems; -1 for text
-};
 
 class Trainer {
 public:
@@ -127,53 +126,5 @@ private:
     double ms_average_ = 0.0;  // smoothed ms/step for the progress bar's ETA
     std::unique_ptr<StepPhases> phases_;  // train.phase_times on CUDA
 };
-
-// A trained model read back from a run directory (config.yaml, vocab.txt and model.safetensors,
-// or best.safetensors with `best`), on `device`, in eval mode.
-struct LoadedModel {
-    Config config;
-    CharVocab vocab{""};
-    std::unique_ptr<GPT> model;
-};
-LoadedModel load_run(const std::string& run_dir, bool best, Device device);
-// The run's text file (data.kind text) is where its config.yaml says, or an error naming the
-// file, that config.yaml and what to edit. (A new run records the data's absolute paths.)
-void require_data_files(const Config& config, const std::string& run_dir);
-// Loads `path` (a safetensors file with the model's state_dict names) into `model` on `device`;
-// a missing tensor or a different shape is an error naming it.
-void load_weights(GPT& model, const std::string& path, Device device);
-// The GPT a config describes, with `vocab` tokens unless model.vocab_size says more: its shape
-// and arithmetic, not its kernels' settings (configure_kernels).
-GPTConfig gpt_config(const Config& config, std::int64_t vocab);
-// Applies every kernels.* setting of `config` to the modules of a built model
-// (kernels.norm_reduction to every norm layer, kernels.attention to every attention layer),
-// walking the module tree (Module::apply). Called once after building a model from a config: by
-// the trainer (new and resumed runs) and load_run. kernels.attention=cudnn where cuDNN's fused
-// attention cannot run the model (the CPU, f32, a build without cuDNN, ...) is an error saying why.
-void configure_kernels(Module& model, const Config& config);
-// AdamW's hyperparameters in a config.
-AdamWOptions adamw_options(const Config& config);
-// The optimizer a config describes (optim.name and its hyperparameters), over `params`.
-std::unique_ptr<Optimizer> make_optimizer(const Config& config, const std::vector<NamedParam>& params);
-// The dataset a config describes.
-std::unique_ptr<Dataset> make_dataset(const Config& config);
-// Mean train and validation loss over eval_iters batches (the same batches every time), and for
-// addition the exact-match accuracy on (up to 2000) held-out problems by greedy decoding.
-// Several ranks share the work: rank r takes batches and problems r, r + N, ..., and `sum` adds
-// the ranks' totals (every rank then returns the same result).
-struct EvalShare {
-    int rank = 0, world_size = 1;
-    std::function<void(double*, std::size_t)> sum;  // over the ranks, in place
-};
-EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& config, Device device,
-                          const EvalShare& share = {});
-Device resolve_device(DeviceChoice choice);  // train.device (cuda: an error without CUDA)
-
-// Greedy (temperature 0) or sampled continuation of `prompts` (i32 (N, P)) by `steps` tokens;
-// returns (N, P + steps). Contexts longer than block_size keep their last block_size tokens.
-// Only ids below `vocab` are drawn (0: all of the model's): a model.vocab_size larger than the
-// data's vocabulary has ids that mean nothing.
-Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double temperature,
-                std::int64_t top_k, Generator& gen, std::int64_t vocab = 0);
 
 }  // namespace fg
