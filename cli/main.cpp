@@ -125,6 +125,13 @@ struct SampleArgs {
     bool best = false;
 };
 
+// What sample and eval both take: the run directory, --best and --device.
+void add_run_options(CLI::App* command, SampleArgs& a) {
+    command->add_option("run_dir", a.run_dir, "the run directory")->required();
+    command->add_flag("--best", a.best, "the best validation checkpoint, not the latest");
+    add_device(command, a.device);
+}
+
 // `fusegrad sample`.
 int sample(const SampleArgs& a, bool prompt_given) {
     FG_CHECK(!prompt_given || !a.prompt.empty(), "cli", "--prompt is empty; give some text");
@@ -282,7 +289,7 @@ int run(int argc, char** argv) {
     SampleArgs s;
     CLI::App* sample_cmd =
         app.add_subcommand("sample", "continue a prompt with a trained model");
-    sample_cmd->add_option("run_dir", s.run_dir, "the run directory")->required();
+    add_run_options(sample_cmd, s);
     CLI::Option* prompt = sample_cmd->add_option(
         "--prompt", s.prompt, "the text to continue (the addition task: 12+34= if not given)");
     sample_cmd->add_option("--max-new-tokens", s.max_new, "tokens to generate")
@@ -297,15 +304,11 @@ int run(int argc, char** argv) {
         ->capture_default_str();
     sample_cmd->add_option("--seed", s.seed, "the sampling generator's seed")
         ->capture_default_str();
-    sample_cmd->add_flag("--best", s.best, "the best validation checkpoint, not the latest");
-    add_device(sample_cmd, s.device);
 
     SampleArgs e;
     CLI::App* eval_cmd = app.add_subcommand(
         "eval", "train and validation loss of a run (and held-out accuracy for addition)");
-    eval_cmd->add_option("run_dir", e.run_dir, "the run directory")->required();
-    eval_cmd->add_flag("--best", e.best, "the best validation checkpoint, not the latest");
-    add_device(eval_cmd, e.device);
+    add_run_options(eval_cmd, e);
 
     PlotArgs p;
     CLI::App* plot_cmd = app.add_subcommand(
