@@ -2,7 +2,10 @@
 # Installs the Debian/Ubuntu packages fusegrad builds with, if any is missing (apt-get; sudo when
 # not root). CUDA is optional and not installed here: with nvcc present (on PATH or in
 # /usr/local/cuda) the kernels are built too.
-#   --tests  also python3-torch: the PyTorch parity test (tests/parity) runs with it.
+#   --tests  also python3-torch (the PyTorch parity test, tests/parity, runs with it), GPT-2's
+#            vocabulary (as --tokenizer) and tiktoken in build/tiktoken (the tokenizer's parity
+#            test);
+#   --tokenizer  GPT-2's vocabulary gpt2.tiktoken for text/gpt2_bpe.h (see below);
 #   --cudnn  also the cuDNN frontend's headers (cudnn_frontend.h, header-only C++), which
 #            cuDNN's fused attention needs (FG_CUDNN, README "Building by hand"), when nvcc and
 #            cuDNN itself (cudnn.h) are installed and the headers are not: downloaded with pip
@@ -12,13 +15,14 @@
 #            without cuDNN's attention.
 set -euo pipefail
 packages=(cmake g++ ninja-build pkg-config libyaml-cpp-dev catch2 libopenblas-dev nlohmann-json3-dev
-    libxxhash-dev libcli11-dev)
-cudnn=0
+    libxxhash-dev libcli11-dev libpcre2-dev)
+cudnn=0 tokenizer=0 tiktoken=0
 for arg in "$@"; do
     case $arg in
-        --tests) packages+=(python3-torch) ;;
+        --tests) packages+=(python3-torch python3-pip) tokenizer=1 tiktoken=1 ;;
         --cudnn) cudnn=1 ;;
-        *) echo "usage: install_deps.sh [--tests] [--cudnn]" >&2; exit 2 ;;
+        --tokenizer) tokenizer=1 ;;
+        *) echo "usage: install_deps.sh [--tests] [--cudnn] [--tokenizer]" >&2; exit 2 ;;
     esac
 done
 
@@ -39,6 +43,31 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# GPT-2's vocabulary for text/gpt2_bpe.h (--tokenizer; --tests too): gpt2.tiktoken from the
+# openai-whisper 20250625 source distribution on PyPI (whisper/assets/gpt2.tiktoken), checked by
+# its sha256, into $FUSEGRAD_DATA (default ~/.local/share/fusegrad). Nothing fetches it at run time.
+# --tests also puts tiktoken (pip) in build/tiktoken, for the parity test against it.
+if [ "$tokenizer" = 1 ]; then
+    dest=${FUSEGRAD_DATA:-${XDG_DATA_HOME:-$HOME/.local/share}/fusegrad}
+    sha=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
+    if ! echo "$sha  $dest/gpt2.tiktoken" | sha256sum -c --quiet >/dev/null 2>&1; then
+        tmp=$(mktemp -d)
+        python3 -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" \
+            openai-whisper==20250625 >/dev/null
+        tar -xzf "$tmp"/openai_whisper-20250625.tar.gz -C "$tmp" \
+            openai_whisper-20250625/whisper/assets/gpt2.tiktoken
+        echo "$sha  $tmp/openai_whisper-20250625/whisper/assets/gpt2.tiktoken" | sha256sum -c --quiet
+        mkdir -p "$dest" && cp "$tmp"/openai_whisper-20250625/whisper/assets/gpt2.tiktoken "$dest/"
+        rm -rf "$tmp"
+        echo "installed $dest/gpt2.tiktoken"
+    fi
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "$tiktoken" = 1 ] && [ ! -d "$root/build/tiktoken/tiktoken" ]; then
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --target "$root/build/tiktoken" \
+        tiktoken >/dev/null
 fi
 
 [ "$cudnn" = 1 ] || exit 0
