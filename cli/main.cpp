@@ -24,6 +24,7 @@
 #include "demo.h"
 #include "kernels/norm/explain.h"
 #include "launch_ranks.h"
+#include "text/gpt2_bpe.h"
 #include "train/config.h"
 #include "train/plot.h"
 #include "train/trainer.h"
@@ -123,6 +124,7 @@ struct SampleArgs {
     unsigned long long seed = 0;
     double temperature = 1.0;
     bool best = false;
+    bool ids = false;  // a GPT-2 token run's prompt and output as ids, not text
 };
 
 // What sample and eval both take: the run directory, --best and --device.
@@ -140,12 +142,20 @@ int sample(const SampleArgs& a, bool prompt_given) {
     std::string prompt = a.prompt;
     if (prompt.empty() && run.config.data.kind == fg::DataKind::addition) prompt = "12+34=";
     FG_CHECK(!prompt.empty(), "cli", "sample needs --prompt TEXT");
-    std::vector<std::int32_t> ids = run.vocab.encode(prompt, "prompt");
+    // A run on GPT-2's tokens (vocab.txt "tokens: gpt2 ...") reads and writes text through GPT-2's
+    // tokenizer, unless --ids; other token runs, and --ids, take and print ids.
+    const bool gpt2_text = !a.ids && run.vocab.chars().rfind("tokens: gpt2 ", 0) == 0;
+    std::unique_ptr<fg::text::Gpt2Tokenizer> bpe;
+    if (gpt2_text)
+        bpe = std::make_unique<fg::text::Gpt2Tokenizer>(fg::text::Gpt2Tokenizer::load_installed());
+    std::vector<std::int32_t> ids = bpe ? bpe->encode(prompt) : run.vocab.encode(prompt, "prompt");
+    FG_CHECK(!ids.empty(), "cli", "--prompt encodes to no tokens");
     fg::Generator gen(a.seed);
     fg::Tensor start = fg::Tensor::from_vector(ids, {1, (std::int64_t)ids.size()}, device);
     fg::Tensor out = fg::generate(*run.model, start, a.max_new, a.temperature, a.top_k, gen,
                                   run.vocab.size());
-    std::printf("%s\n", run.vocab.decode(out.to_vector<std::int32_t>()).c_str());
+    const std::vector<std::int32_t> all = out.to_vector<std::int32_t>();
+    std::printf("%s\n", (bpe ? bpe->decode(all) : run.vocab.decode(all)).c_str());
     return 0;
 }
 
@@ -291,7 +301,8 @@ int run(int argc, char** argv) {
         app.add_subcommand("sample", "continue a prompt with a trained model");
     add_run_options(sample_cmd, s);
     CLI::Option* prompt = sample_cmd->add_option(
-        "--prompt", s.prompt, "the text to continue (the addition task: 12+34= if not given)");
+        "--prompt", s.prompt, "the text to continue (GPT-2 token runs: text, through GPT-2's "
+                              "tokenizer; the addition task: 12+34= if not given)");
     sample_cmd->add_option("--max-new-tokens", s.max_new, "tokens to generate")
         ->check(CLI::Range(1L, 1000000L))
         ->capture_default_str();
@@ -304,6 +315,8 @@ int run(int argc, char** argv) {
         ->capture_default_str();
     sample_cmd->add_option("--seed", s.seed, "the sampling generator's seed")
         ->capture_default_str();
+    sample_cmd->add_flag("--ids", s.ids,
+                         "GPT-2 token runs: the prompt and the output as ids, not text");
 
     SampleArgs e;
     CLI::App* eval_cmd = app.add_subcommand(

@@ -1,8 +1,8 @@
 // train/data.h: where batches come from. Every dataset gives (inputs, targets) of i32 token ids,
 // shape (B, T), with targets the inputs shifted by one; batches are drawn from a seeded Generator,
 // so a (seed, offset) pair fixes the data order exactly (and a checkpoint can resume it).
-//   Vocab:           the vocabulary: characters (sorted distinct bytes), encode / decode; or the
-//                    ids of a tokenizer fusegrad does not have (GPT-2's BPE), written as numbers.
+//   Vocab:           the vocabulary: characters (sorted distinct bytes), encode / decode; or a
+//                    tokenizer's ids (GPT-2's BPE, say), named and written as numbers.
 //   TextData:        any text file; the last val_fraction held out for validation; random windows.
 //   AdditionData:    generated problems "ab+cd=0efg" (operands zero-padded to `digits`, the sum to
 //                    digits + 1); a fixed, seeded share of all (a, b) pairs is held out and never
@@ -27,9 +27,10 @@ namespace fg {
 
 // A vocabulary of one of two kinds:
 //   characters: id i is the byte chars()[i] (TextData, AdditionData);
-//   tokens:     ids [0, size) of a tokenizer fusegrad does not have (token files were made by
-//               GPT-2's BPE, say): text cannot be encoded, so a prompt is ids written as numbers
-//               ("50256 464 3290") and decode writes ids the same way.
+//   tokens:     ids [0, size) of a tokenizer named in vocab.txt (token files made by GPT-2's BPE,
+//               say): here a prompt is ids written as numbers ("50256 464 3290") and decode
+//               writes ids the same way; the command line turns GPT-2's ids into text and back
+//               with text/gpt2_bpe.h.
 class Vocab {
 public:
     explicit Vocab(const std::string& chars);  // the distinct characters, in id order
