@@ -263,7 +263,7 @@ TEST_CASE("a start that stopped before its first checkpoint is taken over by the
     }
     // What a kill between the first metrics line and the first commit leaves: a metrics line, a
     // half-written save and a temporary file.
-    std::ofstream(dir + "/metrics.jsonl") << "{\"step\": 1, \"loss\": 9.5}\n";
+    std::ofstream(dir + "/metrics.jsonl") << "{\"step\": 1, \"loss\": 9.5, \"planted\": true}\n";
     fs::create_directories(dir + "/checkpoints/.partial");
     std::ofstream(dir + "/checkpoints/.partial/model.safetensors.Ab12Cd.tmp") << "half";
     std::ofstream(dir + "/config.yaml.x1Y2z3.tmp") << "half";
@@ -282,7 +282,7 @@ TEST_CASE("a start that stopped before its first checkpoint is taken over by the
     std::ifstream metrics(dir + "/metrics.jsonl");
     std::string first;
     std::getline(metrics, first);
-    CHECK(first.find("9.5") == std::string::npos);  // the failed start's line is gone
+    CHECK(first.find("planted") == std::string::npos);  // the failed start's line is gone
     CHECK_FALSE(fs::exists(dir + "/config.yaml.x1Y2z3.tmp"));
 }
 
