@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <new>
@@ -168,8 +169,21 @@ int eval(const SampleArgs& a) {
     FG_CHECK(data->vocab().chars() == run.vocab.chars(), "eval", "the data's vocabulary (",
              data->vocab().size(), " tokens) is not the one in '", a.run_dir, "/vocab.txt' (",
              run.vocab.size(), " tokens): did the data file change?");
-    fg::EvalResult e = fg::evaluate_model(*run.model, *data, run.config, device);
+    // Bits per byte where a token's bytes are known: a character is one byte of the text, a GPT-2
+    // token its bytes through GPT-2's tokenizer; other tokenizers' runs have none.
+    std::function<std::int64_t(std::int32_t)> token_bytes;
+    std::unique_ptr<fg::text::Gpt2Tokenizer> bpe;
+    if (!run.vocab.is_tokens() && run.config.data.kind == fg::DataKind::text) {
+        token_bytes = [](std::int32_t) { return std::int64_t{1}; };
+    } else if (run.vocab.chars().rfind("tokens: gpt2 ", 0) == 0) {
+        bpe = std::make_unique<fg::text::Gpt2Tokenizer>(fg::text::Gpt2Tokenizer::load_installed());
+        token_bytes = [&bpe](std::int32_t id) {
+            return static_cast<std::int64_t>(bpe->token_bytes(id).size());
+        };
+    }
+    fg::EvalResult e = fg::evaluate_model(*run.model, *data, run.config, device, {}, token_bytes);
     std::printf("train loss %.4f, val loss %.4f", e.train_loss, e.val_loss);
+    if (e.val_bits_per_byte >= 0) std::printf(" (%.4f bits per byte)", e.val_bits_per_byte);
     if (e.accuracy >= 0) std::printf(", held-out exact match %.1f%%", 100 * e.accuracy);
     std::printf("\n");
     return 0;

@@ -177,3 +177,24 @@ TEST_CASE("generation draws only ids of the data's vocabulary, and plot text is 
     CHECK(odd_text.find("nan") == std::string::npos);
     CHECK(odd_text.find("inf") == std::string::npos);
 }
+
+TEST_CASE("bits per byte are the validation loss in bits over the bytes its tokens stand for",
+          "[trainer]") {
+    const std::string dir = "/tmp/fg_trainer_bpb";
+    std::filesystem::remove_all(dir);
+    std::ostringstream log;
+    const Config c = test::tiny_addition_run(dir, 2);
+    Trainer t(c, log);
+    std::unique_ptr<Dataset> data = make_dataset(c);
+    const EvalResult plain = evaluate_model(t.model(), *data, c, Device::cpu);
+    CHECK(plain.val_bits_per_byte == -1.0);
+    const EvalResult one = evaluate_model(t.model(), *data, c, Device::cpu, {},
+                                          [](std::int32_t) { return std::int64_t{1}; });
+    CHECK(one.val_loss == plain.val_loss);  // the same batches
+    CHECK(one.val_bits_per_byte == Approx(one.val_loss / std::log(2.0)).epsilon(1e-12));
+    // Tokens of 1 to 4 bytes (by id): bits per byte is the bits a token over their mean size.
+    const EvalResult mixed = evaluate_model(t.model(), *data, c, Device::cpu, {},
+                                            [](std::int32_t id) { return std::int64_t{1} + id % 4; });
+    CHECK(mixed.val_bits_per_byte < one.val_bits_per_byte);
+    CHECK(mixed.val_bits_per_byte > one.val_bits_per_byte / 4);
+}

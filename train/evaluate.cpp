@@ -92,20 +92,29 @@ LoadedModel load_run(const std::string& run_dir, bool best, Device device) {
 }
 
 EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, Device device,
-                          const EvalShare& share) {
+                          const EvalShare& share,
+                          const std::function<std::int64_t(std::int32_t)>& token_bytes) {
     NoGradGuard no_grad;
     bool was_training = model.training();
     model.train(false);
     EvalResult r;
     Generator gen(static_cast<std::uint64_t>(cfg.train.seed) + 3);  // the same batches each time
     const auto mine = [&share](std::int64_t i) { return i % share.world_size == share.rank; };
-    double totals[3] = {0.0, 0.0, 0.0};  // train loss, val loss, held-out problems right
+    // Train loss, val loss, held-out problems right, val tokens and their bytes.
+    double totals[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
     for (Split split : {Split::train, Split::val}) {
         double& total = totals[split == Split::train ? 0 : 1];
         for (std::int64_t i = 0; i < cfg.train.eval_iters; ++i) {
             // Every rank draws every batch (the generator moves the same way), its own it uses.
             Batch b = data.batch(split, cfg.train.batch_size, gen, mine(i) ? device : Device::cpu);
-            if (mine(i)) total += model.loss(model.forward(b.inputs), b.targets).item();
+            if (!mine(i)) continue;
+            total += model.loss(model.forward(b.inputs), b.targets).item();
+            if (split == Split::val && token_bytes)
+                for (std::int32_t id : b.targets.to_vector<std::int32_t>()) {
+                    if (id < 0) continue;  // an ignored target (addition's prompt) has no loss
+                    totals[3] += 1.0;
+                    totals[4] += static_cast<double>(token_bytes(id));
+                }
         }
     }
     const AdditionData* add = dynamic_cast<const AdditionData*>(&data);
@@ -136,9 +145,10 @@ EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& cfg, De
             }
         }
     }
-    if (share.sum) share.sum(totals, 3);
+    if (share.sum) share.sum(totals, 5);
     r.train_loss = totals[0] / static_cast<double>(cfg.train.eval_iters);
     r.val_loss = totals[1] / static_cast<double>(cfg.train.eval_iters);
+    if (totals[4] > 0) r.val_bits_per_byte = r.val_loss / std::log(2.0) * totals[3] / totals[4];
     if (add) r.accuracy = problems ? totals[2] / static_cast<double>(problems) : 0.0;
     model.train(was_training);
     return r;

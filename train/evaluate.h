@@ -16,6 +16,9 @@ namespace fg {
 struct EvalResult {
     double train_loss = 0.0, val_loss = 0.0;
     double accuracy = -1.0;  // exact match on held-out addition problems; -1 for text
+    // The validation loss in bits per byte of text (-1 unless token_bytes was given): the loss's
+    // nats over ln 2, times the tokens, over the bytes those tokens stand for, on the same batches.
+    double val_bits_per_byte = -1.0;
 };
 
 // Mean train and validation loss over eval_iters batches (the same batches every time), and for
@@ -26,8 +29,10 @@ struct EvalShare {
     int rank = 0, world_size = 1;
     std::function<void(double*, std::size_t)> sum;  // over the ranks, in place
 };
+// `token_bytes` (optional): how many bytes of text a token id stands for, for bits per byte.
 EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& config, Device device,
-                          const EvalShare& share = {});
+                          const EvalShare& share = {},
+                          const std::function<std::int64_t(std::int32_t)>& token_bytes = nullptr);
 // A trained model read back from a run directory (config.yaml, vocab.txt and model.safetensors,
 // or best.safetensors with `best`), on `device`, in eval mode.
 struct LoadedModel {
