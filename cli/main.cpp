@@ -25,6 +25,7 @@
 #include "demo.h"
 #include "kernels/norm/explain.h"
 #include "launch_ranks.h"
+#include "prepare.h"
 #include "text/gpt2_bpe.h"
 #include "train/config.h"
 #include "train/plot.h"
@@ -367,6 +368,31 @@ int run(int argc, char** argv) {
     config_cmd->add_option("--set", c.overrides, "change a key, key.path=value (repeatable)")
         ->allow_extra_args(false);
 
+    fg::cli::PrepareOptions pr;
+    CLI::App* prepare_cmd = app.add_subcommand(
+        "prepare", "text files (or folders of them, or .jsonl files) to GPT-2 token shards that "
+                   "data.kind shards trains on");
+    prepare_cmd->add_option("inputs", pr.inputs, "text files, folders (a document a file) or "
+                            ".jsonl files (a document a line)")->required();
+    prepare_cmd->add_option("--out", pr.out_dir, "the folder the shards go to")->required();
+    prepare_cmd->add_option("--name", pr.name, "the shards' name: NAME_train_000001.bin, ...")
+        ->capture_default_str();
+    prepare_cmd->add_option("--format", pr.format, "llmc (llm.c's header) or raw_uint16 "
+                            "(nanoGPT's train.bin / val.bin)")
+        ->check(CLI::IsMember({"llmc", "raw_uint16"}))
+        ->capture_default_str();
+    prepare_cmd->add_option("--val-share", pr.val_share, "the share of tokens for validation (the last)")
+        ->check(CLI::Range(0.0001, 0.9999))
+        ->capture_default_str();
+    prepare_cmd->add_option("--shard-tokens", pr.shard_tokens, "tokens a training shard (llmc)")
+        ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 31))
+        ->capture_default_str();
+    prepare_cmd->add_option("--jsonl-field", pr.jsonl_field, "the text's field in .jsonl lines")
+        ->capture_default_str();
+    prepare_cmd->add_option("--threads", pr.threads, "threads that encode (0: every core)")
+        ->check(CLI::Range(0, 4096))
+        ->capture_default_str();
+
     CLI::App* info_cmd =
         app.add_subcommand("info", "the build and the devices fusegrad can use");
 
@@ -437,6 +463,11 @@ int run(int argc, char** argv) {
         return 0;
     }
     if (config_cmd->parsed()) return config(c);
+    if (prepare_cmd->parsed()) {
+        pr.progress = isatty(STDERR_FILENO) == 1;
+        fg::cli::prepare(pr);
+        return 0;
+    }
     if (info_cmd->parsed()) return info();
     return norm_plan(n);
 }
