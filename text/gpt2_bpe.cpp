@@ -4,6 +4,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -55,6 +56,37 @@ std::string base64_decode(std::string_view in, std::size_t line) {
         }
     }
     return out;
+}
+
+// How many bytes of `s` from the start are valid UTF-8 (as Rust's from_utf8 counts them: no
+// overlong forms, no surrogates, nothing past U+10FFFF).
+std::size_t valid_utf8_prefix(std::string_view s) {
+    std::size_t i = 0;
+    while (i < s.size()) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        std::size_t len = 0;
+        unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+        if (c < 0x80) len = 1;
+        else if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else {
+            return i;
+        }
+        if (i + len > s.size()) return i;
+        for (std::size_t k = 1; k < len; ++k) {
+            const unsigned char b = static_cast<unsigned char>(s[i + k]);
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+        }
+        i += len;
+    }
+    return i;
 }
 
 // The length of the longest prefix of `s` that does not end inside a UTF-8 character: a lead byte
@@ -173,6 +205,30 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_
 }
 
 std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
+    // Text that is not valid UTF-8 is encoded as tiktoken encodes bytes: the valid prefix as
+    // text; then its last piece's tokens (with the whitespace-only tokens before them) are taken
+    // back, and their bytes and every byte after the prefix are merged as one piece.
+    const std::size_t valid = valid_utf8_prefix(text);
+    std::size_t last_piece = 0;  // tokens of the last piece encoded
+    std::vector<std::int32_t> ids = encode_text(text.substr(0, valid), &last_piece);
+    if (valid == text.size()) return ids;
+    auto all_space = [&](std::int32_t id) {
+        const std::string& b = bytes_[static_cast<std::size_t>(id)];
+        return std::all_of(b.begin(), b.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t'; });
+    };
+    if (last_piece > 0 && all_space(ids[ids.size() - last_piece]))
+        while (last_piece < ids.size() && all_space(ids[ids.size() - last_piece - 1])) ++last_piece;
+    std::string tail;
+    for (std::size_t i = ids.size() - last_piece; i < ids.size(); ++i)
+        tail += bytes_[static_cast<std::size_t>(ids[i])];
+    tail += text.substr(valid);
+    ids.resize(ids.size() - last_piece);
+    encode_piece(tail, ids);
+    return ids;
+}
+
+std::vector<std::int32_t> Gpt2Tokenizer::encode_text(std::string_view text,
+                                                     std::size_t* last_piece) const {
     std::vector<std::int32_t> ids;
     pcre2_match_data* match = pcre2_match_data_create_from_pattern(pattern_->code, nullptr);
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -185,8 +241,15 @@ std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
             begin = span[0];
             end = span[1];
         }
+        const std::size_t before = ids.size();
         if (begin > at) encode_piece(text.substr(at, begin - at), ids);  // bytes no class takes
-        if (end > begin) encode_piece(text.substr(begin, end - begin), ids);
+        if (end > begin) {
+            const std::size_t piece_start = ids.size();
+            encode_piece(text.substr(begin, end - begin), ids);
+            *last_piece = ids.size() - piece_start;
+        } else {
+            *last_piece = ids.size() - before;
+        }
         at = end > at ? end : at + 1;
     }
     pcre2_match_data_free(match);

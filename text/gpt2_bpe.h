@@ -3,8 +3,9 @@
 //   digits, of other symbols, each with one leading space; whitespace runs, leaving the last space
 //   to the next piece), with Unicode's letter and number classes (PCRE2, UTF + UCP); each piece's
 //   bytes start as single-byte tokens and the adjacent pair of lowest merge rank is merged until
-//   no pair is in the vocabulary. Bytes that are not valid UTF-8 match no class: each run of them
-//   is a piece of its own, so any bytes encode and decode back to themselves.
+//   no pair is in the vocabulary. Bytes that are not valid UTF-8 are encoded as tiktoken encodes
+//   them (its _encode_bytes): the valid prefix as text, then the bytes of its last piece and all
+//   the rest merged as one piece. Any bytes encode and decode back to themselves.
 //   decode: the tokens' bytes, concatenated; Gpt2Decoder does it token by token, holding back an
 //   incomplete UTF-8 character at the end until its last byte comes.
 // The vocabulary is tiktoken's gpt2.tiktoken file (a base64 token and its rank a line), read from
@@ -47,6 +48,8 @@ public:
 private:
     Gpt2Tokenizer();
     void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
+    // Valid UTF-8 through the pattern; `last_piece` gets the number of the last piece's tokens.
+    std::vector<std::int32_t> encode_text(std::string_view text, std::size_t* last_piece) const;
 
     std::unordered_map<std::string, std::int32_t> ranks_;  // token bytes -> id (= merge rank)
     std::vector<std::string> bytes_;                        // id -> token bytes
