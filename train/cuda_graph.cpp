@@ -104,21 +104,14 @@ void CapturedStep::refill_table(std::int64_t first_step) {
     table_first_ = first_step;
 }
 
-void CapturedStep::captured_body() {
-    const std::int64_t accum = config_.train.grad_accum;
-    model_.train(true);
-    opt_.zero_grad();
-    Tensor loss_total;
-    for (std::int64_t micro = 0; micro < accum; ++micro) {
-        Tensor loss = model_.loss(model_.forward(inputs_[micro]), targets_[micro]);
-        scale(loss, 1.0 / static_cast<double>(accum)).backward();
-        loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
-    }
-    NoGradGuard no_grad;
-    if (loss_total.dtype() != DType::f32) loss_total = cast(loss_total, DType::f32);
-    const GradNorm clip = grad_norm(model_.parameters(), config_.optim.grad_clip);
+Batch CapturedStep::micro_batch(std::int64_t micro) {
+    const auto i = static_cast<std::size_t>(micro);
+    return Batch{inputs_[i], targets_[i]};
+}
+
+void CapturedStep::update(const Tensor& loss_sum, const GradNorm& clip) {
     CudaBackend& cuda = cuda_backend("cuda_graph");
-    cuda.step_begin(state_, loss_total.data<float>(), clip.norm.data<float>(), ring_, table_,
+    cuda.step_begin(state_, loss_sum.data<float>(), clip.norm.data<float>(), ring_, table_,
                     kWindow, current_);
     opt_.step_on_device(clip.coef, current_, &state_->skip);
     // The dropout counters this step drew (relative to the base: see capture()), rounded up to
@@ -145,7 +138,7 @@ void CapturedStep::capture(std::int64_t done) {
     try {
         GraphMemoryScope memory(pool_);
         cuda.begin_capture();
-        captured_body();
+        training_step(model_, opt_, config_.train.grad_accum, config_.optim.grad_clip, *this);
         graph_ = cuda.end_capture();
     } catch (const std::exception& e) {
         cuda.abort_capture();

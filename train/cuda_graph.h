@@ -44,6 +44,7 @@
 #include "kernels/adamw.h"  // StepState, StepRecord, AdamWStep (plain C++)
 #include "models/gpt.h"
 #include "optim.h"
+#include "step.h"
 
 namespace fg {
 
@@ -58,7 +59,8 @@ struct CaptureFailed : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-class CapturedStep {
+// The step's body is training_step (train/step.h); these are its hooks for a replay.
+class CapturedStep : private StepHooks {
 public:
     // Steps between two reads of the ring by the host, at most (and the factor table's length).
     static constexpr int kWindow = 64;
@@ -94,7 +96,10 @@ private:
     void capture(std::int64_t done);
     void allocate(CudaBackend& cuda, std::int64_t accum, std::int64_t seq_len);  // the buffers
     void release() noexcept;  // what allocate and capture made
-    void captured_body();  // the step itself, as the graph records it
+    Batch micro_batch(std::int64_t micro) override;  // the fixed device buffers
+    // The device's step counter picks the learning rate's factors from the table; a non-finite
+    // loss or norm is recorded, and turns this and every later update into nothing.
+    void update(const Tensor& loss_sum, const GradNorm& clip) override;
     void refill_table(std::int64_t first_step);
 
     GPT& model_;

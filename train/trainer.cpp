@@ -467,48 +467,62 @@ void Trainer::log_metrics(const std::string& json_line) {
     append_line((fs::path(dir_) / "metrics.jsonl").string(), json_line, "train");
 }
 
-double Trainer::train_step() {
-    const Config& c = cfg_;
-    if (phases_) phases_->mark(StepPhases::kStart);
-    model_->train(true);
-    opt_->zero_grad();
-    if (exchange_) exchange_->attach_gradients();  // the backward writes into the buckets
-    // The micro-batches' losses are summed where they are computed, and the gradients' norm and
-    // clip factor computed there too: the host waits once, for the sum and the norm, when the
-    // whole forward and backward of the step are queued.
-    Tensor loss_total;
-    for (std::int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-        // Several ranks: every rank draws the whole batch, the same rows, and keeps its share.
-        Batch b = data_->batch(Split::train, c.train.batch_size, data_gen_,
-                               group_ ? Device::cpu : device_);
-        if (group_) {
-            b = shard_batch(b, dist_.rank, dist_.world_size);
-            b = Batch{b.inputs.to(device_), b.targets.to(device_)};
-        }
-        Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
-        // Several ranks: the last micro-batch's backward finishes the gradients, and starts
-        // their exchange bucket by bucket as it goes.
-        if (exchange_ && micro == c.train.grad_accum - 1) exchange_->arm();
-        scale(loss, 1.0 / static_cast<double>(c.train.grad_accum)).backward();
-        loss_total = loss_total.defined() ? add(loss_total, loss.detach()) : loss.detach();
+// The eager step's hooks (train/step.h): batches drawn from the data as the step goes, phase
+// marks, the ranks' exchange, and the update with the schedule's learning rate from the host.
+class Trainer::EagerStep : public StepHooks {
+public:
+    explicit EagerStep(Trainer& t) : t_(t) {}
+    double loss = 0.0, norm = 0.0, lr = 0.0;  // of the step, once update() has run
+
+    void begin() override {
+        if (t_.phases_) t_.phases_->mark(StepPhases::kStart);
+        if (t_.exchange_) t_.exchange_->attach_gradients();  // the backward writes the buckets
     }
-    if (phases_) phases_->mark(StepPhases::kBackwardDone);
-    double loss = loss_total.item() / static_cast<double>(c.train.grad_accum);
-    if (group_) loss = average_over_ranks(loss);
-    if (phases_) phases_->mark(StepPhases::kExchangeDone);
-    GradNorm clip = exchange_ && exchange_->zero()
-                        ? exchange_->grad_norm(c.optim.grad_clip)  // from the ranks' slices
-                        : grad_norm(model_->parameters(), c.optim.grad_clip);
-    const double norm = clip.norm.item();
-    check_finite(step_ + 1, loss, norm);
-    double lr = cosine_lr(step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
-    opt_->step(lr, clip.coef);  // AdamW applies the clip factor inside its update
-    if (phases_) phases_->mark(StepPhases::kUpdateDone);
+    Batch micro_batch(std::int64_t) override {
+        const Config& c = t_.cfg_;
+        // Several ranks: every rank draws the whole batch, the same rows, and keeps its share.
+        Batch b = t_.data_->batch(Split::train, c.train.batch_size, t_.data_gen_,
+                                  t_.group_ ? Device::cpu : t_.device_);
+        if (!t_.group_) return b;
+        b = shard_batch(b, t_.dist_.rank, t_.dist_.world_size);
+        return Batch{b.inputs.to(t_.device_), b.targets.to(t_.device_)};
+    }
+    // Several ranks: the last micro-batch's backward finishes the gradients, and starts their
+    // exchange bucket by bucket as it goes.
+    void before_last_backward() override {
+        if (t_.exchange_) t_.exchange_->arm();
+    }
+    // The host waits here, once, for the loss; ranks then for their exchange.
+    GradNorm gradients_done(const Tensor& loss_sum, GPT& model, double max_norm) override {
+        if (t_.phases_) t_.phases_->mark(StepPhases::kBackwardDone);
+        loss = loss_sum.item() / static_cast<double>(t_.cfg_.train.grad_accum);
+        if (t_.group_) loss = t_.average_over_ranks(loss);
+        if (t_.phases_) t_.phases_->mark(StepPhases::kExchangeDone);
+        if (t_.exchange_ && t_.exchange_->zero())
+            return t_.exchange_->grad_norm(max_norm);  // from the ranks' slices
+        return StepHooks::gradients_done(loss_sum, model, max_norm);
+    }
+    void update(const Tensor&, const GradNorm& clip) override {
+        const Config& c = t_.cfg_;
+        norm = clip.norm.item();
+        t_.check_finite(t_.step_ + 1, loss, norm);
+        lr = cosine_lr(t_.step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
+        t_.opt_->step(lr, clip.coef);  // AdamW applies the clip factor inside its update
+        if (t_.phases_) t_.phases_->mark(StepPhases::kUpdateDone);
+    }
+
+private:
+    Trainer& t_;
+};
+
+double Trainer::train_step() {
+    EagerStep hooks(*this);
+    training_step(*model_, *opt_, cfg_.train.grad_accum, cfg_.optim.grad_clip, hooks);
     ++step_;
-    losses_.push_back(loss);
-    last_lr_ = lr;
-    last_norm_ = norm;
-    return loss;
+    losses_.push_back(hooks.loss);
+    last_lr_ = hooks.lr;
+    last_norm_ = hooks.norm;
+    return hooks.loss;
 }
 
 double Trainer::average_over_ranks(double loss) {

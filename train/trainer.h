@@ -71,6 +71,7 @@ private:
     void write_run_files();  // config.yaml and vocab.txt
     void write_checkpoint();  // save_checkpoint's files, by rank 0
     void trim_metrics();     // metrics.jsonl without the lines of steps after step_
+    class EagerStep;  // the hooks of train/step.h for an eager step
     double train_step();
     // The step after step_ as a replay of the captured step (cuda_graph.h); false when it could
     // not be captured (the log says why; from then on steps run eagerly).
