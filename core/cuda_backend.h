@@ -15,7 +15,8 @@
 #include "kernels/layout.h"           // PermuteParams
 #include "kernels/nccl.h"             // several GPUs
 #include "kernels/norm.h"             // NormForwardArgs, NormBackwardArgs
-#include "kernels/adamw.h"            // AdamWStep
+#include "kernels/adamw.h"            // AdamWStep, AdamWTensor
+#include "kernels/captured_step.h"    // StepState, StepRecord
 
 namespace fg {
 

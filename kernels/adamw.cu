@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "block_reduce.cuh"
-#include "device_error.cuh"
+#include "device_error.cuh"  // grid_for
 #include "adamw.h"
 #include "runtime.h"
 
@@ -95,28 +95,6 @@ __global__ void adamw_kernel(AdamWList list, AdamWStep decayed, AdamWStep plain,
     }
 }
 
-__global__ void step_begin_kernel(StepState* state, const float* loss_sum, const float* norm,
-                                  StepRecord* ring, const AdamWStep* table, int window,
-                                  AdamWStep* current, const DeviceErrorRecord* errors) {
-    if (state->skip) return;  // halted: the halted step's record stays as it was
-    const long long s = state->step + 1;
-    const int slot = static_cast<int>((s - 1) % window);
-    ring[slot] = StepRecord{*loss_sum, *norm};
-    // A kernel of this step found bad input (a token id out of range): the host raises it at
-    // its next synchronisation; until then nothing is updated.
-    if (!isfinite(*loss_sum) || !isfinite(*norm) || errors->code != 0) {
-        if (state->halted_at == 0) state->halted_at = s;
-        state->skip = 1;
-    }
-    current[0] = table[2 * slot];
-    current[1] = table[2 * slot + 1];
-}
-
-__global__ void step_end_kernel(StepState* state, unsigned long long philox_per_step) {
-    if (!state->skip) state->step += 1;
-    state->philox_base += philox_per_step;
-}
-
 // Launches adamw_kernel over `tensors`, kMaxTensorsPerLaunch at a time.
 void launch_adamw(const AdamWTensor* tensors, int count, const AdamWStep& decayed,
                   const AdamWStep& plain, const AdamWStep* current, const float* coef,
@@ -165,18 +143,6 @@ void adamw_multi_tensor(const AdamWTensor* tensors, int count, const AdamWStep& 
 void adamw_multi_tensor_on_device(const AdamWTensor* tensors, int count, const AdamWStep* current,
                                   const float* coef, const int* skip) {
     launch_adamw(tensors, count, AdamWStep{}, AdamWStep{}, current, coef, skip);
-}
-
-void step_begin(StepState* state, const float* loss_sum, const float* norm, StepRecord* ring,
-                const AdamWStep* table, int window, AdamWStep* current) {
-    step_begin_kernel<<<1, 1, 0, stream()>>>(state, loss_sum, norm, ring, table, window, current,
-                                             device_error_record());
-    FG_LAUNCH_CHECK();
-}
-
-void step_end(StepState* state, unsigned long long philox_per_step) {
-    step_end_kernel<<<1, 1, 0, stream()>>>(state, philox_per_step);
-    FG_LAUNCH_CHECK();
 }
 
 }  // namespace fg::kernels

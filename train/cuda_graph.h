@@ -41,7 +41,7 @@
 #include "config.h"
 #include "core/random.h"
 #include "data.h"
-#include "kernels/adamw.h"  // StepState, StepRecord, AdamWStep (plain C++)
+#include "kernels/captured_step.h"  // StepState, StepRecord, AdamWStep (plain C++)
 #include "models/gpt.h"
 #include "optim.h"
 #include "step.h"
