@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/cuda_backend.h"
+#include "scale/scale_backend.h"
 #include "core/error.h"
 #include "demo.h"
 #include "kernels/norm/explain.h"
@@ -80,9 +81,10 @@ int info() {
                 d.total_bytes / (1024.0 * 1024 * 1024));
     const std::string why = fg::cudnn_attention_unsupported({fg::Device::cuda, fg::DType::bf16, 64});
     std::printf("cuDNN attention: %s\n", why.empty() ? "available" : why.c_str());
-    const std::string no_nccl = cuda.nccl_unavailable();
+    fg::ScaleBackend& scale = fg::scale_backend("info");
+    const std::string no_nccl = scale.nccl_unavailable();
     std::printf("NCCL (several GPUs): %s\n",
-                no_nccl.empty() ? cuda.nccl_version().c_str() : no_nccl.c_str());
+                no_nccl.empty() ? scale.nccl_version().c_str() : no_nccl.c_str());
     return 0;
 }
 

@@ -13,10 +13,8 @@
 #include "kernels/attention_cudnn.h"  // CudnnAttentionArgs (plain C++ declarations)
 #include "kernels/elementwise.h"      // ScalarType, BinaryOp
 #include "kernels/layout.h"           // PermuteParams
-#include "kernels/nccl.h"             // several GPUs
 #include "kernels/norm.h"             // NormForwardArgs, NormBackwardArgs
 #include "kernels/adamw.h"            // AdamWStep, AdamWTensor
-#include "kernels/captured_step.h"    // StepState, StepRecord
 
 namespace fg {
 

@@ -4,7 +4,6 @@
 #include "kernels/embedding.h"
 #include "kernels/linear_lt.h"
 #include "kernels/matmul.h"
-#include "kernels/nccl.h"
 #include "kernels/reduce.h"
 #include "kernels/runtime.h"
 #include "kernels/attention.h"

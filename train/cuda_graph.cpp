@@ -8,6 +8,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "scale/scale_backend.h"
 
 namespace fg {
 namespace {
@@ -29,26 +30,26 @@ std::string cuda_graph_unsupported(const Config& c, Device device, const Optimiz
 
 CapturedStep::CapturedStep(GPT& model, AdamW& opt, const Config& config, std::int64_t seq_len)
     : model_(model), opt_(opt), config_(config), batch_tokens_(config.train.batch_size * seq_len) {
-    CudaBackend& cuda = cuda_backend("cuda_graph");
     const std::int64_t accum = config.train.grad_accum;
     try {
-        allocate(cuda, accum, seq_len);
+        allocate(accum, seq_len);
     } catch (...) {
         release();
         throw;
     }
 }
 
-void CapturedStep::allocate(CudaBackend& cuda, std::int64_t accum, std::int64_t seq_len) {
+void CapturedStep::allocate(std::int64_t accum, std::int64_t seq_len) {
     const Config& config = config_;
+    ScaleBackend& scale = scale_backend("cuda_graph");
     for (std::int64_t i = 0; i < accum; ++i) {
         inputs_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
         targets_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
     }
     const std::size_t staged = static_cast<std::size_t>(2 * accum * batch_tokens_) * sizeof(std::int32_t);
     for (int slot = 0; slot < 2; ++slot) {
-        pinned_[slot] = static_cast<std::int32_t*>(cuda.pinned_malloc(staged));
-        pinned_ready_[slot] = cuda.event_create();
+        pinned_[slot] = static_cast<std::int32_t*>(scale.pinned_malloc(staged));
+        pinned_ready_[slot] = scale.event_create();
     }
     const std::size_t state_bytes = round_up16(sizeof(kernels::StepState));
     const std::size_t ring_bytes = round_up16(kWindow * sizeof(kernels::StepRecord));
@@ -72,13 +73,14 @@ void CapturedStep::release() noexcept {
     } catch (...) {
         // A device error is reported by whoever synchronises next; freeing goes on.
     }
-    cuda->destroy_graph(graph_);
+    ScaleBackend& scale = scale_backend("cuda_graph");  // there is a device (above)
+    scale.destroy_graph(graph_);
     graph_ = nullptr;
     if (pool_ != 0) release_graph_pool(pool_);
     pool_ = 0;
     for (int slot = 0; slot < 2; ++slot) {
-        cuda->pinned_free(pinned_[slot]);
-        cuda->event_destroy(pinned_ready_[slot]);
+        scale.pinned_free(pinned_[slot]);
+        scale.event_destroy(pinned_ready_[slot]);
         pinned_[slot] = nullptr;
         pinned_ready_[slot] = nullptr;
     }
@@ -110,18 +112,19 @@ Batch CapturedStep::micro_batch(std::int64_t micro) {
 }
 
 void CapturedStep::update(const Tensor& loss_sum, const GradNorm& clip) {
-    CudaBackend& cuda = cuda_backend("cuda_graph");
-    cuda.step_begin(state_, loss_sum.data<float>(), clip.norm.data<float>(), ring_, table_,
+    ScaleBackend& scale = scale_backend("cuda_graph");
+    scale.step_begin(state_, loss_sum.data<float>(), clip.norm.data<float>(), ring_, table_,
                     kWindow, current_);
     opt_.step_on_device(clip.coef, current_, &state_->skip);
     // The dropout counters this step drew (relative to the base: see capture()), rounded up to
     // a multiple of 4 as the next eager draw would round its offset.
     philox_per_step_ = round_up4(default_generator().offset());
-    cuda.step_end(state_, philox_per_step_);
+    scale.step_end(state_, philox_per_step_);
 }
 
 void CapturedStep::capture(std::int64_t done) {
     CudaBackend& cuda = cuda_backend("cuda_graph");
+    ScaleBackend& scale = scale_backend("cuda_graph");
     // The device counts steps by the optimizer's updates, the host by the trainer's steps: one
     // update a step, so they agree.
     FG_CHECK(opt_.steps() == done, "cuda_graph", "internal error: the optimizer has taken ",
@@ -133,16 +136,16 @@ void CapturedStep::capture(std::int64_t done) {
     cuda.copy_host_to_device(state_, &start, sizeof start);
     // While captured, the dropout generator counts from 0 and the kernels add the device's base.
     dropout.set_state(seed, 0);
-    cuda.set_philox_offset_base(&state_->philox_base);
+    scale.set_philox_offset_base(&state_->philox_base);
     pool_ = create_graph_pool();
     try {
         GraphMemoryScope memory(pool_);
-        cuda.begin_capture();
+        scale.begin_capture();
         training_step(model_, opt_, config_.train.grad_accum, config_.optim.grad_clip, *this);
-        graph_ = cuda.end_capture();
+        graph_ = scale.end_capture();
     } catch (const std::exception& e) {
-        cuda.abort_capture();
-        cuda.set_philox_offset_base(nullptr);
+        scale.abort_capture();
+        scale.set_philox_offset_base(nullptr);
         dropout.set_state(seed, original);
         opt_.zero_grad();  // the gradients the capture left belong to its pool
         try {
@@ -154,20 +157,20 @@ void CapturedStep::capture(std::int64_t done) {
         pool_ = 0;
         throw CaptureFailed(e.what());
     }
-    cuda.set_philox_offset_base(nullptr);
+    scale.set_philox_offset_base(nullptr);
     dropout.set_state(seed, base);
 }
 
 void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_t done) {
     FG_CHECK(pending_ < kWindow, "cuda_graph", "internal error: ", pending_,
              " steps queued without collect()");
-    CudaBackend& cuda = cuda_backend("cuda_graph");
+    ScaleBackend& scale = scale_backend("cuda_graph");
     if (table_first_ < 0 || done < table_first_ || done >= table_first_ + kWindow)
         refill_table(done);
     // Stage the batches: drawn on the host exactly as the eager step draws them.
     const Generator data_before = data_gen;
     const int slot = static_cast<int>(done % 2);
-    cuda.event_synchronize(pinned_ready_[slot]);  // its previous copy has run
+    scale.event_synchronize(pinned_ready_[slot]);  // its previous copy has run
     std::int32_t* host = pinned_[slot];
     const std::int64_t accum = config_.train.grad_accum;
     const std::size_t bytes = static_cast<std::size_t>(batch_tokens_) * sizeof(std::int32_t);
@@ -177,11 +180,11 @@ void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_
         std::memcpy(host + (2 * micro + 1) * batch_tokens_, b.targets.data<std::int32_t>(), bytes);
     }
     for (std::int64_t micro = 0; micro < accum; ++micro) {
-        cuda.copy_pinned_to_device(inputs_[micro].raw_data(), host + (2 * micro) * batch_tokens_, bytes);
-        cuda.copy_pinned_to_device(targets_[micro].raw_data(), host + (2 * micro + 1) * batch_tokens_,
-                                   bytes);
+        scale.copy_pinned_to_device(inputs_[micro].raw_data(), host + (2 * micro) * batch_tokens_, bytes);
+        scale.copy_pinned_to_device(targets_[micro].raw_data(), host + (2 * micro + 1) * batch_tokens_,
+                                    bytes);
     }
-    cuda.event_record(pinned_ready_[slot]);
+    scale.event_record(pinned_ready_[slot]);
     if (!graph_) {
         try {
             capture(done);
@@ -190,7 +193,7 @@ void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_
             throw;
         }
     }
-    cuda.launch_graph(graph_);
+    scale.launch_graph(graph_);
     if (pending_ == 0) first_pending_ = done + 1;
     ++pending_;
 }

@@ -48,8 +48,6 @@
 
 namespace fg {
 
-class CudaBackend;
-
 // Why this run's steps cannot be captured ("" when they can): the reason the log gives.
 std::string cuda_graph_unsupported(const Config& config, Device device, const Optimizer& opt);
 
@@ -94,7 +92,7 @@ public:
 
 private:
     void capture(std::int64_t done);
-    void allocate(CudaBackend& cuda, std::int64_t accum, std::int64_t seq_len);  // the buffers
+    void allocate(std::int64_t accum, std::int64_t seq_len);  // the buffers
     void release() noexcept;  // what allocate and capture made
     Batch micro_batch(std::int64_t micro) override;  // the fixed device buffers
     // The device's step counter picks the learning rate's factors from the table; a non-finite

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "scale/scale_backend.h"
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -163,23 +164,23 @@ public:
     NcclCollectives(void* communicator, TcpGroup& group, double timeout_s)
         : comm_(communicator), group_(group), timeout_s_(timeout_s) {}
     void all_reduce_sum(void* data, std::size_t n, DType type) override {
-        cuda().nccl_all_reduce_sum(comm_, data, n, scalar(type));
+        scale().nccl_all_reduce_sum(comm_, data, n, scalar(type));
     }
     void reduce_scatter_sum(const void* in, void* out, std::size_t n, DType type) override {
-        cuda().nccl_reduce_scatter_sum(comm_, in, out, n, scalar(type));
+        scale().nccl_reduce_scatter_sum(comm_, in, out, n, scalar(type));
     }
     void all_gather(const float* in, float* out, std::size_t n) override {
-        cuda().nccl_all_gather(comm_, in, out, n, kernels::ScalarType::f32);
+        scale().nccl_all_gather(comm_, in, out, n, kernels::ScalarType::f32);
     }
     // The host waits here (bounded; NCCL's errors and the TCP connections checked): a rank that
     // stopped must not leave the others blocked in a later synchronisation with no deadline.
     void wait() override {
-        cuda().nccl_synchronize(comm_, timeout_s_, [this] { return group_.peers_lost(); });
+        scale().nccl_synchronize(comm_, timeout_s_, [this] { return group_.peers_lost(); });
     }
     void sum_on_host(double* values, std::size_t n) override { group_.all_reduce_sum(values, n); }
 
 private:
-    static CudaBackend& cuda() { return cuda_backend("grad_exchange"); }
+    static ScaleBackend& scale() { return scale_backend("grad_exchange"); }
     static kernels::ScalarType scalar(DType t) {
         return t == DType::bf16 ? kernels::ScalarType::bf16 : kernels::ScalarType::f32;
     }

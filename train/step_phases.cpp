@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/cuda_backend.h"
+#include "scale/scale_backend.h"
 
 namespace fg {
 namespace {
@@ -21,25 +22,25 @@ double median(std::vector<double> v) {
 }  // namespace
 
 StepPhases::StepPhases() {
-    CudaBackend& cuda = cuda_backend("train.phase_times");
+    ScaleBackend& scale = scale_backend("train.phase_times");
     for (auto& set : events_)
-        for (void*& e : set) e = cuda.event_create_timed();
+        for (void*& e : set) e = scale.event_create_timed();
 }
 
 StepPhases::~StepPhases() {
-    CudaBackend* cuda = cuda_backend_or_null();
-    if (!cuda) return;
+    if (!cuda_backend_or_null()) return;
+    ScaleBackend& scale = scale_backend("train.phase_times");
     for (auto& set : events_)
-        for (void* e : set) cuda->event_destroy(e);
+        for (void* e : set) scale.event_destroy(e);
 }
 
-void StepPhases::mark(Mark mark) { cuda_backend("train.phase_times").event_record(events_[current_][mark]); }
+void StepPhases::mark(Mark mark) { scale_backend("train.phase_times").event_record(events_[current_][mark]); }
 
 void StepPhases::read(int set) {
-    CudaBackend& cuda = cuda_backend("train.phase_times");
+    ScaleBackend& scale = scale_backend("train.phase_times");
     for (int p = 0; p + 1 < kMarks; ++p)
         phase_ms_[static_cast<std::size_t>(p)].push_back(
-            cuda.event_elapsed_ms(events_[set][p], events_[set][p + 1]));
+            scale.event_elapsed_ms(events_[set][p], events_[set][p + 1]));
 }
 
 void StepPhases::reset() {

@@ -20,6 +20,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "scale/scale_backend.h"
 #include "models/gpt_memory.h"
 #include "plot.h"
 #include "progress.h"
@@ -123,13 +124,13 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
         if (device_ == Device::cuda) {
             // The GPU of this rank's LOCAL_RANK, before anything touches one; every GPU stays
             // visible (NCCL's peer-to-peer needs them). A process shown one GPU takes it.
-            CudaBackend& cuda = cuda_backend("train");
-            const int gpus = cuda.device_count();
+            ScaleBackend& scale = scale_backend("train");
+            const int gpus = scale.device_count();
             FG_CHECK(gpus == 1 || dist_.local_rank < gpus, "train", "LOCAL_RANK is ",
                      dist_.local_rank, " but this process sees ", gpus, " GPUs "
                      "(CUDA_VISIBLE_DEVICES): one rank a GPU");
-            cuda.select_device(gpus == 1 ? 0 : dist_.local_rank);
-            const std::string no_nccl = cuda.nccl_unavailable();
+            scale.select_device(gpus == 1 ? 0 : dist_.local_rank);
+            const std::string no_nccl = scale.nccl_unavailable();
             FG_CHECK(no_nccl.empty(), "train", "WORLD_SIZE is ", dist_.world_size,
                      ": several CUDA ranks sum their gradients with NCCL, but ", no_nccl);
         }
@@ -150,13 +151,13 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
         if (device_ == Device::cuda) {
             // Rank 0 makes NCCL's id, the TCP group hands it to the others, and every rank
             // joins the communicator.
-            CudaBackend& cuda = cuda_backend("train");
+            ScaleBackend& scale = scale_backend("train");
             const std::vector<std::uint8_t> id =
-                group_->broadcast(dist_.rank == 0 ? cuda.nccl_unique_id()
+                group_->broadcast(dist_.rank == 0 ? scale.nccl_unique_id()
                                                   : std::vector<std::uint8_t>{});
             nccl_ = std::shared_ptr<void>(
-                cuda.nccl_communicator(id, dist_.world_size, dist_.rank), [](void* comm) {
-                    if (CudaBackend* b = cuda_backend_or_null()) b->nccl_destroy(comm);
+                scale.nccl_communicator(id, dist_.world_size, dist_.rank), [](void* comm) {
+                    if (cuda_backend_or_null()) scale_backend("train").nccl_destroy(comm);
                 });
         }
     }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/cuda_backend.h"
+#include "scale/scale_backend.h"
 #include "core/allocator.h"
 #include "models/gpt.h"
 #include "models/gpt_memory.h"
@@ -231,7 +232,7 @@ TEST_CASE("the memory estimate of a step is close to the CUDA allocator's peak",
 
 TEST_CASE("a GPU index this process does not see is refused, naming both", "[gpu][train]") {
     REQUIRE(cuda_is_available());
-    CudaBackend& cuda = cuda_backend("test");
+    ScaleBackend& cuda = scale_backend("test");
     const int gpus = cuda.device_count();
     REQUIRE(gpus >= 1);
     CHECK_THROWS_WITH(cuda.select_device(gpus), ContainsSubstring(
@@ -244,7 +245,7 @@ TEST_CASE("a GPU index this process does not see is refused, naming both", "[gpu
 TEST_CASE("NCCL sums over one rank, or a build without it refuses CUDA ranks saying so",
           "[gpu][train][distributed]") {
     REQUIRE(cuda_is_available());
-    CudaBackend& cuda = cuda_backend("test");
+    ScaleBackend& cuda = scale_backend("test");
     if (!cuda.nccl_unavailable().empty()) {
         ::setenv("WORLD_SIZE", "2", 1);
         ::setenv("RANK", "0", 1);
