@@ -49,7 +49,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
 # the last build here is touched first, so nothing stale is linked with what was rebuilt.
 hashes=build-gpu/source-hashes.txt
 now=$(mktemp)
-find CMakeLists.txt cmake core kernels layers models train tests bench capi -type f \
+find CMakeLists.txt cmake core kernels layers models scale train cli text tests bench capi -type f \
     \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.def' \
        -o -name 'CMakeLists.txt' -o -name '*.cmake' -o -name '*.in' \) -print0 2>/dev/null |
     sort -z | xargs -0 sha1sum > "$now"
