@@ -1,5 +1,5 @@
 // cli/launch_ranks.cpp: see launch_ranks.h. The ranks meet on a free port of 127.0.0.1 and prove
-// they belong to this launch with a random job token (train/distributed.h).
+// they belong to this launch with a random job token (scale/distributed.h).
 #include "launch_ranks.h"
 
 #include <chrono>
@@ -47,7 +47,7 @@ volatile std::sig_atomic_t g_launcher_signal = 0;
 // gradients; this also ends one that hangs): SIGTERM, then SIGKILL 10 s later.
 int launch_ranks(long ranks, const std::vector<std::string>& args) {
     const int port = free_port();
-    // The job token the ranks prove they belong to this job with (train/distributed.h): random,
+    // The job token the ranks prove they belong to this job with (scale/distributed.h): random,
     // unless the caller set one.
     std::random_device entropy;  // /dev/urandom
     char token[33];

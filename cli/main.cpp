@@ -21,12 +21,13 @@
 #include <unistd.h>
 
 #include "core/cuda_backend.h"
-#include "scale/scale_backend.h"
 #include "core/error.h"
 #include "demo.h"
 #include "kernels/norm/explain.h"
 #include "launch_ranks.h"
 #include "prepare.h"
+#include "scale/scale_backend.h"
+#include "scale/scale_wing.h"
 #include "text/gpt2_bpe.h"
 #include "train/config.h"
 #include "train/plot.h"
@@ -114,8 +115,10 @@ int train(const TrainArgs& a, const std::vector<std::string>& args) {
     std::signal(SIGTERM, [](int) { fg::Trainer::request_stop(); });
     std::unique_ptr<fg::Trainer> trainer =
         a.resume.empty()
-            ? std::make_unique<fg::Trainer>(fg::load_config(a.config, a.overrides), std::cout)
-            : fg::Trainer::resume(a.resume, a.overrides, std::cout);
+            ? std::make_unique<fg::Trainer>(fg::load_config(a.config, a.overrides), std::cout,
+                                            std::make_unique<fg::ScaleWing>())
+            : fg::Trainer::resume(a.resume, a.overrides, std::cout,
+                                  std::make_unique<fg::ScaleWing>());
     g_progress_bar = isatty(STDOUT_FILENO) == 1;
     trainer->set_progress_bar(g_progress_bar);
     trainer->run(a.max_steps);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/distributed_cpu.sh FUSEGRAD: data-parallel training with two CPU ranks (train/distributed.h)
+# tests/distributed_cpu.sh FUSEGRAD: data-parallel training with two CPU ranks (scale/distributed.h)
 # against one process, through the environment torchrun sets (RANK, WORLD_SIZE, MASTER_PORT):
 #   1. the two ranks' losses are the single process's, to float rounding (same global batch),
 #      and so are their evaluations (which the ranks share);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/distributed_gpu.sh FUSEGRAD: data-parallel training on two GPUs (NCCL, train/grad_exchange.h)
+# tests/distributed_gpu.sh FUSEGRAD: data-parallel training on two GPUs (NCCL, scale/grad_exchange.h)
 # against one GPU at the same global batch, over the first 50 steps of the addition task:
 #   1. fp32 and bf16, each with and without ZeRO-1 (train.zero), in buckets small enough that
 #      several are exchanged during the backward: every step's loss against the one-GPU fp32

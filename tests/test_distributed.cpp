@@ -1,5 +1,5 @@
 // tests/test_distributed.cpp: the parts of data-parallel training a CPU can check
-// (train/distributed.h, train/grad_exchange.h): reading RANK / WORLD_SIZE / ... as torchrun and
+// (scale/distributed.h, scale/grad_exchange.h): reading RANK / WORLD_SIZE / ... as torchrun and
 // Slurm set them, with errors naming what is wrong; the TCP rendezvous of several ranks (threads
 // here) with broadcast, barrier, sums, reduce-scatter and gather, and its timeouts; a rank's
 // share of a batch; the gradient buckets' plan and ZeRO-1's slices of them; the exchange and
@@ -17,8 +17,9 @@
 #include <thread>
 
 #include "kernels/half.h"
-#include "train/distributed.h"
-#include "train/grad_exchange.h"
+#include "scale/distributed.h"
+#include "scale/grad_exchange.h"
+#include "scale/scale_wing.h"
 #include "train/trainer.h"
 #include "test_helpers.h"
 
@@ -392,7 +393,8 @@ TEST_CASE("a trainer of several ranks refuses a batch it cannot split evenly", "
     std::ostringstream log;
     const std::string dir = "/tmp/fg_distributed_uneven";
     std::filesystem::remove_all(dir);
-    CHECK_THROWS_WITH(Trainer(test::tiny_addition_run(dir, 2, {"train.batch_size=15"}), log),
+    CHECK_THROWS_WITH(Trainer(test::tiny_addition_run(dir, 2, {"train.batch_size=15"}), log,
+                              std::make_unique<ScaleWing>()),
                       ContainsSubstring("[train] train.batch_size (15) must be a multiple of WORLD_SIZE (2)"));
     ::unsetenv("WORLD_SIZE");
     ::unsetenv("RANK");

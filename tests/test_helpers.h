@@ -29,6 +29,7 @@
 #include "train/config.h"
 #include "train/optim.h"
 #include "train/trainer.h"
+#include "scale/scale_wing.h"
 
 namespace fg::test {
 
@@ -68,13 +69,13 @@ inline std::size_t require_resume_repeats(const std::function<Config(const std::
     std::filesystem::remove_all(full_dir);
     std::filesystem::remove_all(split_dir);
     std::ostringstream log;
-    Trainer full(make(full_dir), log);
+    Trainer full(make(full_dir), log, std::make_unique<ScaleWing>());
     full.run();
     {
-        Trainer first(make(split_dir), log);
+        Trainer first(make(split_dir), log, std::make_unique<ScaleWing>());
         first.run(stop);
     }
-    auto second = Trainer::resume(split_dir, {}, log);
+    auto second = Trainer::resume(split_dir, {}, log, std::make_unique<ScaleWing>());
     REQUIRE(second->step() == stop);
     second->run();
     std::vector<double> tail(full.losses().begin() + stop, full.losses().end());

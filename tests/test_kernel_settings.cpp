@@ -14,6 +14,8 @@
 
 #include "core/cuda_backend.h"
 #include "layers/norm.h"
+#include "scale/cuda_graph.h"
+#include "scale/scale_wing.h"
 #include "test_helpers.h"
 
 using namespace fg;
@@ -251,7 +253,7 @@ TEST_CASE("kernels.cuda_graph: the log says how steps run, and why not captured"
     auto first_line_about_steps = [&](const std::vector<std::string>& overrides) {
         fs::remove_all(dir);
         std::ostringstream log;
-        Trainer t(test::tiny_addition_run(dir, 2, overrides), log);
+        Trainer t(test::tiny_addition_run(dir, 2, overrides), log, std::make_unique<ScaleWing>());
         t.run();
         const std::string text = log.str();
         const auto at = text.find("\nsteps: ");
@@ -277,7 +279,8 @@ TEST_CASE("train.phase_times on the CPU says it has no effect", "[kernel_setting
     const std::string dir = "/tmp/fg_kernel_settings_phases";
     fs::remove_all(dir);
     std::ostringstream log;
-    Trainer t(test::tiny_addition_run(dir, 2, {"train.phase_times=true"}), log);
+    Trainer t(test::tiny_addition_run(dir, 2, {"train.phase_times=true"}), log,
+              std::make_unique<ScaleWing>());
     t.run();
     const std::string text = log.str();
     CHECK(text.find("note: train.phase_times times GPU steps; on the CPU it has no effect\n") !=

@@ -61,15 +61,15 @@ struct Config {
         // Refuse, before allocating anything, a run whose estimated memory per step (models/
         // gpt_memory.h) exceeds what the device has available.
         bool memory_check = true;
-        // Several ranks (train/grad_exchange.h): 0, every rank keeps AdamW's whole state; 1,
-        // ZeRO-1: each keeps and updates its 1/WORLD_SIZE slice of it.
+        // Several ranks (the wing for scale, train/wing.h): 0, every rank keeps AdamW's whole
+        // state; 1, ZeRO-1: each keeps and updates its 1/WORLD_SIZE slice of it.
         std::int64_t zero = 0;
         double bucket_mb = 25.0;  // several ranks: the most MiB of gradients exchanged at once
         // Several ranks: the gradients' sums travel as f32 or bf16; auto: bf16 when precision
         // is bf16, else f32.
         ExchangeDtype exchange_dtype = ExchangeDtype::automatic;
         // Time each eager step's phases on the GPU and log their medians at the end of a run
-        // (train/step_phases.h); the steps then run eagerly.
+        // (train/wing.h's StepMark); the steps then run eagerly.
         bool phase_times = false;
         // A resume may run on another number of ranks than the run that saved the checkpoint.
         bool ranks_may_change = false;
@@ -77,7 +77,7 @@ struct Config {
     struct Kernels {
         NormReduction norm_reduction = NormReduction::automatic;
         AttentionBackend attention = AttentionBackend::automatic;
-        bool cuda_graph = true;  // capture the training step as a CUDA graph (train/cuda_graph.h)
+        bool cuda_graph = true;  // capture the training step as a CUDA graph (train/wing.h)
     } kernels;
     // Notes for the user that are not errors (a deprecated key was read); the caller prints them.
     std::vector<std::string> warnings;

@@ -38,7 +38,7 @@ public:
     // undefined until the first step (SGD's momentum buffer).
     virtual std::vector<std::pair<std::string, Tensor*>> named_state() = 0;
     virtual const char* name() const = 0;
-    // For an optimizer whose state is split across ranks (ShardedAdamW, train/grad_exchange.h),
+    // For an optimizer whose state is split across ranks (ZeRO-1's sharded AdamW, made by the wing: train/wing.h),
     // around a checkpoint; no-ops for the others. gather_state() (every rank calls it) makes
     // named_state() the whole state, on the host of the rank that saves (rank 0); to load,
     // prepare_state_load() makes it whole host tensors to load into; shard_state() then keeps
@@ -70,7 +70,7 @@ public:
     std::vector<std::pair<std::string, Tensor*>> named_state() override;  // exp_avg, exp_avg_sq
     const char* name() const override { return "adamw"; }
 
-    // For a step captured in a CUDA graph (train/cuda_graph.h). The factors of update t (1 for
+    // For a step captured in a CUDA graph (train/wing.h's QueuedSteps). The factors of update t (1 for
     // the first) at learning rate lr, for parameters that decay or not: what step() passes.
     kernels::AdamWStep factors(double lr, bool decay, std::int64_t t) const;
     // The update of the CUDA parameters with the factors read on the device, current[0] for
@@ -118,7 +118,7 @@ GradNorm grad_norm(const std::vector<Tensor*>& params, double max_norm);
 // The same over gradient tensors themselves (undefined ones skipped).
 GradNorm grad_norm_of(const std::vector<Tensor>& grads, double max_norm);
 
-// What AdamW and ZeRO-1's ShardedAdamW (train/grad_exchange.h) share: the check of their
+// What AdamW and ZeRO-1's sharded AdamW (the wing's) share: the check of their
 // options (an error naming the bad one), which parameters decay (2 or more dims), and the names
 // their moments have in checkpoints ("<param>.exp_avg", "<param>.exp_avg_sq").
 void check_adamw_options(const AdamWOptions& options);

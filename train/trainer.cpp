@@ -20,15 +20,12 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "scale/scale_backend.h"
 #include "models/gpt_memory.h"
 #include "plot.h"
 #include "progress.h"
 #include "checkpoint.h"
 #include "safetensors.h"
-
-#define XXH_INLINE_ALL  // header-only xxHash (train/CMakeLists.txt)
-#include <xxhash.h>
+#include "step.h"
 
 namespace fg {
 namespace {
@@ -58,109 +55,33 @@ std::vector<std::pair<std::string, Tensor>> to_list(
     return out;
 }
 
+// Where a rank's log goes: rank 0's to `log`, the others' nowhere (their errors still reach the
+// caller as exceptions).
+std::ostream& rank_log(std::ostream& log, const Wing* wing) {
+    static std::ostream nowhere(nullptr);
+    return wing && wing->rank() != 0 ? nowhere : log;
+}
+
 }  // namespace
 
 void Trainer::request_stop() { g_stop = true; }
 bool Trainer::stop_requested() { return g_stop; }
 
-Trainer::Trainer(const Config& config, std::ostream& log) : Trainer(config, log, false) {}
+Trainer::Trainer(const Config& config, std::ostream& log, std::unique_ptr<Wing> wing)
+    : Trainer(config, log, false, std::move(wing)) {}
 
-namespace {
-
-// Where a rank's log goes: rank 0's to `log`, the others' nowhere (their errors still reach the
-// caller as exceptions).
-std::ostream& rank_log(std::ostream& log) {
-    static std::ostream nowhere(nullptr);
-    return distributed_env().rank == 0 ? log : nowhere;
-}
-
-// Every rank must run the same config (the same model, batch, data and schedule): ranks that
-// differ would exchange buckets of different sizes and wait for each other until the timeout.
-// Rank 0's resolved config goes to the others; a rank whose own differs names the keys, and
-// every rank stops.
-void check_same_config(TcpGroup& group, const Config& c) {
-    const std::string mine = dump_config(c);
-    const std::vector<std::uint8_t> sent =
-        group.broadcast(std::vector<std::uint8_t>(mine.begin(), mine.end()));
-    const std::string theirs(sent.begin(), sent.end());
-    std::string differences;  // the keys whose values differ (comments may, between builds)
-    if (theirs != mine) {
-        try {
-            for (const std::string& key :
-                 changed_keys(parse_config(theirs, "rank 0's config"), c))
-                differences += (differences.empty() ? "" : ", ") + key;
-        } catch (const std::exception& e) {
-            differences = std::string("rank 0's config does not read here (") + e.what() +
-                          "): another fusegrad?";
-        }
-    }
-    double differing = differences.empty() ? 0.0 : 1.0;
-    group.all_reduce_sum(&differing, 1);
-    FG_CHECK(differences.empty(), "distributed", "rank ", group.rank(),
-             "'s config differs from rank 0's: ", differences,
-             " (rank 0's -> this rank's); every rank must be started with the same config");
-    FG_CHECK(differing == 0.0, "distributed", static_cast<int>(differing), " rank(s) run another ",
-             "config than rank 0 (their errors name the keys); every rank must be started with "
-             "the same config");
-}
-
-// How long ranks wait for each other: to meet, and at every exchange. A rank that stops closes
-// its connections, so the others hear of it at once; this bounds a rank that hangs.
-constexpr double kRanksTimeoutSeconds = 600.0;
-
-}  // namespace
-
-Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
-    : cfg_(resuming ? config : with_absolute_data_paths(config)), log_(rank_log(log)), device_(resolve_device(config.train.device)),
-      dir_(config.train.out_dir), data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1),
-      dist_(distributed_env()) {
+Trainer::Trainer(const Config& config, std::ostream& log, bool resuming, std::unique_ptr<Wing> wing)
+    : cfg_(resuming ? config : with_absolute_data_paths(config)), log_(rank_log(log, wing.get())),
+      device_(resolve_device(config.train.device)), dir_(config.train.out_dir),
+      data_gen_(static_cast<std::uint64_t>(config.train.seed) + 1),
+      wing_(wing ? std::move(wing) : std::make_unique<Wing>()) {
     const Config& c = cfg_;
     // Checked before the ranks meet: these fail on every rank alike when the ranks run one
     // config (which they check once they meet), and a launcher (fusegrad --ranks, torchrun,
     // srun --kill-on-bad-exit) stops the others when one rank fails.
     FG_CHECK(c.train.zero == 0 || c.optim.name == OptimizerKind::adamw, "train", "train.zero: 1 "
              "splits AdamW's state over the ranks, but optim.name is sgd");
-    if (dist_.distributed()) {
-        if (device_ == Device::cuda) {
-            // The GPU of this rank's LOCAL_RANK, before anything touches one; every GPU stays
-            // visible (NCCL's peer-to-peer needs them). A process shown one GPU takes it.
-            ScaleBackend& scale = scale_backend("train");
-            const int gpus = scale.device_count();
-            FG_CHECK(gpus == 1 || dist_.local_rank < gpus, "train", "LOCAL_RANK is ",
-                     dist_.local_rank, " but this process sees ", gpus, " GPUs "
-                     "(CUDA_VISIBLE_DEVICES): one rank a GPU");
-            scale.select_device(gpus == 1 ? 0 : dist_.local_rank);
-            const std::string no_nccl = scale.nccl_unavailable();
-            FG_CHECK(no_nccl.empty(), "train", "WORLD_SIZE is ", dist_.world_size,
-                     ": several CUDA ranks sum their gradients with NCCL, but ", no_nccl);
-        }
-        FG_CHECK(c.train.batch_size % dist_.world_size == 0, "train", "train.batch_size (",
-                 c.train.batch_size, ") must be a multiple of WORLD_SIZE (", dist_.world_size,
-                 "): each rank takes an equal share of every batch");
-        // SIGTERM or Ctrl-C ends the ranks' meeting at once (later, a stop request is agreed on
-        // between steps and saved, so it must not cut an exchange short).
-        set_wait_interrupt([] { return Trainer::stop_requested(); });
-        try {
-            group_ = std::make_unique<TcpGroup>(dist_, kRanksTimeoutSeconds);
-            check_same_config(*group_, c);
-        } catch (...) {
-            set_wait_interrupt(nullptr);
-            throw;
-        }
-        set_wait_interrupt(nullptr);
-        if (device_ == Device::cuda) {
-            // Rank 0 makes NCCL's id, the TCP group hands it to the others, and every rank
-            // joins the communicator.
-            ScaleBackend& scale = scale_backend("train");
-            const std::vector<std::uint8_t> id =
-                group_->broadcast(dist_.rank == 0 ? scale.nccl_unique_id()
-                                                  : std::vector<std::uint8_t>{});
-            nccl_ = std::shared_ptr<void>(
-                scale.nccl_communicator(id, dist_.world_size, dist_.rank), [](void* comm) {
-                    if (cuda_backend_or_null()) scale_backend("train").nccl_destroy(comm);
-                });
-        }
-    }
+    wing_->meet(c);
     data_ = make_dataset(c);
     std::int64_t vocab = data_->vocab().size();
     FG_CHECK(c.model.vocab_size == 0 || c.model.vocab_size >= vocab, "train", "model.vocab_size (",
@@ -169,31 +90,20 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
              c.model.block_size, ") is shorter than one addition problem (",
              data_->sequence_length(), " tokens)");
     const TrainingMemory need =
-        check_memory(c, gpt_config(c, vocab), data_->sequence_length(), device_, dist_.world_size);
+        check_memory(c, gpt_config(c, vocab), data_->sequence_length(), device_, wing_->world_size());
     Generator init(static_cast<std::uint64_t>(c.train.seed));
     model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
     configure_kernels(*model_, c);  // a resume's kernels.* too: the config it was given
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
-    if (group_) {
-        collectives_ = nccl_ ? nccl_collectives(nccl_.get(), *group_, kRanksTimeoutSeconds)
-                             : tcp_collectives(*group_);
-        exchange_ = std::make_unique<GradientExchange>(params_, *collectives_, dist_.rank,
-                                                       dist_.world_size, c.train.zero == 1,
-                                                       static_cast<std::size_t>(
-                                                           c.train.bucket_mb * 1048576.0),
-                                                       precision_settings(c).exchange);
-    }
-    opt_ = exchange_ && exchange_->zero()
-               ? std::make_unique<ShardedAdamW>(params_, adamw_options(c), *exchange_)
-               : make_optimizer(c, params_);
+    opt_ = wing_->attach(params_, c);  // ZeRO-1's sharded AdamW, or null
+    if (!opt_) opt_ = make_optimizer(c, params_);
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
     // Ranks draw their rows' share of each dropout mask: one process's masks (core/random.h).
-    default_generator().set_shard(dist_.rank, dist_.world_size);
+    default_generator().set_shard(wing_->rank(), wing_->world_size());
     flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
                                            c.model.n_layer, c.model.n_embd, data_->sequence_length());
     if (device_ == Device::cuda)
         peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.train.precision);
-    if (c.train.phase_times && device_ == Device::cuda) phases_ = std::make_unique<StepPhases>();
 
     std::string taken_over;
     if (!resuming && writer()) {
@@ -205,25 +115,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming)
     for (const std::string& w : c.warnings) log_ << "warning: " << w << "\n";
     log_ << "# resolved config (saved as " << (fs::path(dir_) / "config.yaml").string() << ")\n"
          << dump_config(cfg_) << "\n";
-    if (exchange_) {
-        log_ << "ranks: " << dist_.world_size << ", " << exchange_->bucket_count()
-             << " gradient buckets of at most "
-             << format_bytes(exchange_->bucket_bytes_max()) << " exchanged in "
-             << dtype_name(exchange_->wire()) << " during the backward"
-             << (exchange_->zero() ? " (ZeRO-1: reduce-scattered; AdamW's state and update split "
-                                     "over the ranks, the weights all-gathered)"
-                                   : " (all-reduced)")
-             << ", batches of " << c.train.batch_size << " rows split "
-             << c.train.batch_size / dist_.world_size << " a rank\n"
-             << "ranks: each keeps " << format_bytes(opt_->state_bytes())
-             << " of optimizer state and " << format_bytes(exchange_->buffer_bytes())
-             << " of gradient buckets\n";
-    } else if (c.train.zero == 1) {
-        log_ << "note: train.zero: 1 splits AdamW's state over several ranks; with one it has no "
-                "effect\n";
-    }
-    if (c.train.phase_times && !phases_)
-        log_ << "note: train.phase_times times GPU steps; on the CPU it has no effect\n";
+    wing_->describe(log_, *opt_);
     log_ << "fusegrad: " << model_->num_parameters() << " parameters, device "
          << device_name(device_) << ", run directory " << dir_ << "\n"
          << "data: " << data_->describe() << "\n"
@@ -239,7 +131,7 @@ void Trainer::write_run_files() {
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
                                          const std::vector<std::string>& overrides,
-                                         std::ostream& log) {
+                                         std::ostream& log, std::unique_ptr<Wing> wing) {
     // Everything is checked before anything in the run directory is written: a refused resume
     // leaves it exactly as it was.
     std::string cfg_path = (fs::path(run_dir) / "config.yaml").string();
@@ -267,7 +159,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir,
                  "; start a new run for that (a resumed run may change ", allowed, ")");
     }
     require_data_files(cfg, run_dir);
-    std::unique_ptr<Trainer> t(new Trainer(cfg, log, true));
+    std::unique_ptr<Trainer> t(new Trainer(cfg, log, true, std::move(wing)));
     std::ifstream vocab_file(fs::path(run_dir) / "vocab.txt", std::ios::binary);
     FG_CHECK(vocab_file.good(), "resume", "'", run_dir, "' has no vocab.txt");
     std::string vocab((std::istreambuf_iterator<char>(vocab_file)), {});
@@ -395,7 +287,7 @@ void Trainer::load_checkpoint(const std::string& run_dir) {
     // when the config says so. (Checkpoints of older fusegrads do not say how many wrote them.)
     if (state.metadata.count("world_size")) {
         const std::uint64_t saved_ranks = metadata_number(state, state_path, "world_size");
-        const auto ranks = static_cast<std::uint64_t>(dist_.world_size);
+        const auto ranks = static_cast<std::uint64_t>(wing_->world_size());
         FG_CHECK(saved_ranks == ranks || cfg_.train.ranks_may_change, "resume", "the checkpoint in '",
                  run_dir, "' was saved by ", saved_ranks, " rank(s); this resume runs on ", ranks,
                  ": the same batches split otherwise round otherwise; set "
@@ -452,7 +344,7 @@ void Trainer::write_checkpoint() {
                           {"dropout_seed", std::to_string(default_generator().seed())},
                           {"dropout_offset", std::to_string(default_generator().offset())},
                           {"best_val", best.str()},
-                          {"world_size", std::to_string(dist_.world_size)}});
+                          {"world_size", std::to_string(wing_->world_size())}});
         commit_checkpoint(dir_, step_);
         saved_step_ = step_;
     } catch (const std::exception& e) {
@@ -468,39 +360,34 @@ void Trainer::log_metrics(const std::string& json_line) {
     append_line((fs::path(dir_) / "metrics.jsonl").string(), json_line, "train");
 }
 
-// The eager step's hooks (train/step.h): batches drawn from the data as the step goes, phase
-// marks, the ranks' exchange, and the update with the schedule's learning rate from the host.
+// The eager step's hooks (train/step.h): batches drawn as the step goes, the host's learning
+// rate, and what the wing adds (train/wing.h: ranks' shares and exchange, phase marks).
 class Trainer::EagerStep : public StepHooks {
 public:
-    explicit EagerStep(Trainer& t) : t_(t) {}
+    explicit EagerStep(Trainer& t) : t_(t), wing_(*t.wing_) {}
     double loss = 0.0, norm = 0.0, lr = 0.0;  // of the step, once update() has run
 
     void begin() override {
-        if (t_.phases_) t_.phases_->mark(StepPhases::kStart);
-        if (t_.exchange_) t_.exchange_->attach_gradients();  // the backward writes the buckets
+        wing_.mark(StepMark::start);
+        wing_.step_begin();
     }
     Batch micro_batch(std::int64_t) override {
-        const Config& c = t_.cfg_;
-        // Several ranks: every rank draws the whole batch, the same rows, and keeps its share.
-        Batch b = t_.data_->batch(Split::train, c.train.batch_size, t_.data_gen_,
-                                  t_.group_ ? Device::cpu : t_.device_);
-        if (!t_.group_) return b;
-        b = shard_batch(b, t_.dist_.rank, t_.dist_.world_size);
-        return Batch{b.inputs.to(t_.device_), b.targets.to(t_.device_)};
+        return wing_.draw(*t_.data_, t_.cfg_.train.batch_size, t_.data_gen_, t_.device_);
     }
-    // Several ranks: the last micro-batch's backward finishes the gradients, and starts their
-    // exchange bucket by bucket as it goes.
-    void before_last_backward() override {
-        if (t_.exchange_) t_.exchange_->arm();
-    }
-    // The host waits here, once, for the loss; ranks then for their exchange.
+    void before_last_backward() override { wing_.before_last_backward(); }
+    // The host waits here, once, for the loss (ranks: then for their exchange).
     GradNorm gradients_done(const Tensor& loss_sum, GPT& model, double max_norm) override {
-        if (t_.phases_) t_.phases_->mark(StepPhases::kBackwardDone);
+        wing_.mark(StepMark::backward_done);
         loss = loss_sum.item() / static_cast<double>(t_.cfg_.train.grad_accum);
-        if (t_.group_) loss = t_.average_over_ranks(loss);
-        if (t_.phases_) t_.phases_->mark(StepPhases::kExchangeDone);
-        if (t_.exchange_ && t_.exchange_->zero())
-            return t_.exchange_->grad_norm(max_norm);  // from the ranks' slices
+        bool stop = stop_requested();
+        loss = wing_.loss_over_ranks(loss, stop);
+        if (stop && t_.wing_->world_size() > 1) {  // every rank stops after this step
+            t_.stop_agreed_ = true;
+            request_stop();
+        }
+        wing_.mark(StepMark::exchange_done);
+        GradNorm clip;
+        if (wing_.grad_norm(max_norm, clip)) return clip;
         return StepHooks::gradients_done(loss_sum, model, max_norm);
     }
     void update(const Tensor&, const GradNorm& clip) override {
@@ -509,11 +396,12 @@ public:
         t_.check_finite(t_.step_ + 1, loss, norm);
         lr = cosine_lr(t_.step_, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps);
         t_.opt_->step(lr, clip.coef);  // AdamW applies the clip factor inside its update
-        if (t_.phases_) t_.phases_->mark(StepPhases::kUpdateDone);
+        wing_.mark(StepMark::update_done);
     }
 
 private:
     Trainer& t_;
+    Wing& wing_;
 };
 
 double Trainer::train_step() {
@@ -524,40 +412,6 @@ double Trainer::train_step() {
     last_lr_ = hooks.lr;
     last_norm_ = hooks.norm;
     return hooks.loss;
-}
-
-double Trainer::average_over_ranks(double loss) {
-    const double share = 1.0 / static_cast<double>(dist_.world_size);
-    exchange_->finish();
-    // The loss, and whether any rank was asked to stop (Ctrl-C, SIGTERM): all ranks then stop
-    // after this same step, and rank 0 saves it.
-    double shared[2] = {loss, stop_requested() ? 1.0 : 0.0};
-    group_->all_reduce_sum(shared, 2);
-    if (shared[1] > 0) {
-        stop_agreed_ = true;
-        request_stop();
-    }
-    return shared[0] * share;
-}
-
-void Trainer::check_replicas_identical() {
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    for (const NamedParam& p : params_) {
-        const Tensor t = p.param->device() == Device::cpu ? *p.param : p.param->to(Device::cpu);
-        XXH3_64bits_update(&state, t.raw_data(), static_cast<std::size_t>(t.numel()) *
-                                                     dtype_size(t.dtype()));
-    }
-    const std::uint64_t mine = XXH3_64bits_digest(&state);
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&mine);
-    const auto all = group_->all_gather(std::vector<std::uint8_t>(bytes, bytes + sizeof mine));
-    for (std::size_t r = 0; r < all.size(); ++r)
-        FG_CHECK(all[r] == all[0], "train", "after step ", step_, " rank ", r,
-                 "'s weights differ from rank 0's: the ranks did not stay in step");
-    char hex[32];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(mine));
-    log_ << "ranks: the " << dist_.world_size << " ranks' weights are identical after step "
-         << step_ << " (xxh3 " << hex << ")\n";
 }
 
 void Trainer::check_finite(std::int64_t step, double loss, double norm) const {
@@ -571,14 +425,14 @@ void Trainer::check_finite(std::int64_t step, double loss, double norm) const {
              "' is kept");
 }
 
-bool Trainer::captured_step() {
-    const bool first = !graph_->captured();
+bool Trainer::queued_step() {
+    const bool first = !queued_->captured();
     try {
-        graph_->enqueue(*data_, data_gen_, step_);
-    } catch (const CaptureFailed& e) {  // anything else is the run's error
+        queued_->enqueue(*data_, data_gen_, step_);
+    } catch (const QueuedSteps::CaptureFailed& e) {  // anything else is the run's error
         log_ << "cuda_graph: the step could not be captured, steps run eagerly from here: "
              << e.what() << "\n";
-        graph_.reset();
+        queued_.reset();
         return false;
     }
     ++step_;
@@ -589,8 +443,8 @@ bool Trainer::captured_step() {
     return true;
 }
 
-void Trainer::collect_captured_steps() {
-    const CapturedStep::Collected got = graph_->collect();
+void Trainer::collect_queued_steps() {
+    const QueuedSteps::Collected got = queued_->collect();
     const auto now = std::chrono::steady_clock::now();
     const double ms = std::chrono::duration<double, std::milli>(now - collected_at_).count() /
                       static_cast<double>(std::max<std::size_t>(1, got.losses.size()));
@@ -603,7 +457,7 @@ void Trainer::collect_captured_steps() {
             // The device skipped this update and the later ones: the trainer is at the step
             // before, as after an eager stop, and the graph (its device state halted) is gone.
             step_ = step - 1;
-            graph_.reset();
+            queued_.reset();
             check_finite(step, loss, norm);  // throws, unless the halt was for bad input:
             fail("train", "step ", step, " stopped on the device: a kernel found bad input "
                  "(reported at the next synchronisation); the last checkpoint in '", dir_,
@@ -619,13 +473,7 @@ void Trainer::collect_captured_steps() {
 }
 
 EvalResult Trainer::evaluate() {
-    EvalShare share;
-    if (group_) {
-        share.rank = dist_.rank;
-        share.world_size = dist_.world_size;
-        share.sum = [this](double* v, std::size_t n) { group_->all_reduce_sum(v, n); };
-    }
-    return evaluate_model(*model_, *data_, cfg_, device_, share);
+    return evaluate_model(*model_, *data_, cfg_, device_, wing_->eval_share());
 }
 
 void Trainer::report_step(std::int64_t step, double loss, double lr, double norm, double ms) {
@@ -637,7 +485,7 @@ void Trainer::report_step(std::int64_t step, double loss, double lr, double norm
     ms_average_ = ms_average_ == 0.0 ? ms : 0.9 * ms_average_ + 0.1 * ms;
     // MFU: achieved model FLOP/s over the GPU's dense peak (absent on CPU or an unknown GPU).
     // With several ranks, tps is all of them together: each GPU's share.
-    const double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / dist_.world_size /
+    const double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / wing_->world_size() /
                                               (peak_tflops_ * 1e12)
                                         : -1.0;
     const double peak_mib =
@@ -672,10 +520,7 @@ void Trainer::run(std::int64_t stop_at) {
     const char* clear_bar = progress_bar_ ? "\r\x1b[K" : "";  // erase the bar before a log line
     if (device_ == Device::cuda) reset_peak_memory(Device::cuda);
     // The first step of this call runs eagerly; the next is captured, when it can be.
-    const std::string no_graph =
-        group_ && device_ == Device::cuda
-            ? "several ranks: the gradients' exchange is not part of the captured step yet"
-            : cuda_graph_unsupported(c, device_, *opt_);
+    const std::string no_graph = wing_->queued_steps_unsupported(c, device_, *opt_);
     if (step_ < last)
         log_ << "steps: " << (no_graph.empty() ? "captured as one CUDA graph from the second "
                                                  "step on (kernels.cuda_graph)"
@@ -683,31 +528,31 @@ void Trainer::run(std::int64_t stop_at) {
              << "\n";
     bool first = true;
     ms_average_ = 0.0;
-    if (phases_) phases_->reset();  // this call's steps alone
-    // The captured step lives for this call only, also when it ends in an error (its device
-    // state may then be halted, and the parameters' addresses it holds may change after it).
-    struct DropGraph {
-        std::unique_ptr<CapturedStep>& graph;
-        ~DropGraph() { graph.reset(); }
-    } drop_graph{graph_};
-    graph_.reset();
+    wing_->run_begin();
+    // The queued steps live for this call only, also when it ends in an error (their device
+    // state may then be halted, and the parameters' addresses they hold may change after it).
+    struct DropQueue {
+        std::unique_ptr<QueuedSteps>& queued;
+        ~DropQueue() { queued.reset(); }
+    } drop_queue{queued_};
+    queued_.reset();
     while (step_ < last && !should_stop()) {
-        if (graph_) {
-            if (!captured_step()) continue;  // could not capture: this step again, eagerly
+        if (queued_) {
+            if (!queued_step()) continue;  // could not capture: this step again, eagerly
             // The host meets the device where it logs, evaluates or saves, and every kWindow
             // steps (the ring's length).
             const bool meet = step_ % print_every == 0 || step_ % c.train.eval_interval == 0 ||
                               step_ % c.train.checkpoint_interval == 0 || step_ == last ||
-                              graph_->pending() == CapturedStep::kWindow || should_stop();
+                              queued_->pending() == QueuedSteps::kWindow || should_stop();
             if (!meet) continue;
-            collect_captured_steps();
+            collect_queued_steps();
         } else {
             const auto start = std::chrono::steady_clock::now();
             const double loss = train_step();
             const auto end = std::chrono::steady_clock::now();
             const double ms = std::chrono::duration<double, std::milli>(end - start).count();
             report_step(step_, loss, last_lr_, last_norm_, ms);
-            if (phases_) phases_->step_done(ms);
+            wing_->step_done(ms);
             if (first && !packed_cudnn_attention_failure().empty())
                 log_ << "attention: cuDNN refused q, k, v where the QKV projection writes them, "
                         "so it runs between permutes: " << packed_cudnn_attention_failure()
@@ -716,8 +561,7 @@ void Trainer::run(std::int64_t stop_at) {
                 log_ << "linear: " << linear_epilogue_failure() << "\n";
             if (first && no_graph.empty()) {
                 try {
-                    graph_ = std::make_unique<CapturedStep>(
-                        *model_, static_cast<AdamW&>(*opt_), cfg_, data_->sequence_length());
+                    queued_ = wing_->queue_steps(*model_, *opt_, cfg_, data_->sequence_length());
                 } catch (const std::exception& e) {
                     log_ << "cuda_graph: no room for the captured step's buffers, steps run "
                             "eagerly: " << e.what() << "\n";
@@ -749,25 +593,20 @@ void Trainer::run(std::int64_t stop_at) {
                  << ", val loss " << fmt("%.4f", e.val_loss);
             if (e.accuracy >= 0) log_ << ", held-out exact match " << fmt("%.1f", 100 * e.accuracy) << "%";
             log_ << (best ? " (best so far)" : "") << "\n" << std::flush;
-            if (graph_) collected_at_ = std::chrono::steady_clock::now();  // not a step's time
+            if (queued_) collected_at_ = std::chrono::steady_clock::now();  // not a step's time
         }
         if (step_ % c.train.checkpoint_interval == 0) {
             save_checkpoint();
-            if (graph_) collected_at_ = std::chrono::steady_clock::now();
+            if (queued_) collected_at_ = std::chrono::steady_clock::now();
         }
         if (progress_bar_ && !losses_.empty())
             log_ << "\r" << progress_line(step_, c.train.steps, losses_.back(), ms_average_)
                  << std::flush;
     }
-    if (graph_ && graph_->pending() > 0) collect_captured_steps();
-    graph_.reset();  // it holds the parameters' addresses: the next run() captures anew
+    if (queued_ && queued_->pending() > 0) collect_queued_steps();
+    queued_.reset();  // it holds the parameters' addresses: the next run() captures anew
     if (progress_bar_) log_ << clear_bar;
-    if (phases_ && phases_->steps_timed() > 0) log_ << phases_->summary(10) << "\n";
-    if (group_) {
-        check_replicas_identical();
-        log_ << "ranks: the last step started " << exchange_->started_during_backward() << " of "
-             << exchange_->bucket_count() << " gradient buckets' exchanges during its backward\n";
-    }
+    wing_->run_end(log_, step_);
     if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
     if (writer())
         write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),

@@ -25,28 +25,25 @@
 #include <string>
 
 #include "config.h"
-#include "cuda_graph.h"
 #include "data.h"
-#include "distributed.h"
 #include "evaluate.h"
-#include "grad_exchange.h"
 #include "models/gpt.h"
 #include "optim.h"
 #include "setup.h"
-#include "step_phases.h"
+#include "wing.h"
 
 namespace fg {
 
 class Trainer {
 public:
     // A new run in config.train.out_dir (created; an existing checkpoint there is an error unless
-    // resuming).
-    Trainer(const Config& config, std::ostream& log);
+    // resuming). `wing`: what scales the run (train/wing.h; null: one process, eager steps).
+    Trainer(const Config& config, std::ostream& log, std::unique_ptr<Wing> wing = nullptr);
     // Continues the run in `run_dir` from its checkpoint; `overrides` may change training keys
     // (steps, eval_interval, ...) but not the model's shape.
     static std::unique_ptr<Trainer> resume(const std::string& run_dir,
                                            const std::vector<std::string>& overrides,
-                                           std::ostream& log);
+                                           std::ostream& log, std::unique_ptr<Wing> wing = nullptr);
 
     // Trains until train.steps, or until step `stop_at` (when >= 0), or until stop_requested()
     // turns true; then saves a checkpoint and returns. Stopping early changes nothing else: the
@@ -66,35 +63,30 @@ public:
     static bool stop_requested();
 
 private:
-    Trainer(const Config& config, std::ostream& log, bool resuming);
+    Trainer(const Config& config, std::ostream& log, bool resuming, std::unique_ptr<Wing> wing);
     void load_checkpoint(const std::string& run_dir);
     void write_run_files();  // config.yaml and vocab.txt
     void write_checkpoint();  // save_checkpoint's files, by rank 0
     void trim_metrics();     // metrics.jsonl without the lines of steps after step_
     class EagerStep;  // the hooks of train/step.h for an eager step
     double train_step();
-    // The step after step_ as a replay of the captured step (cuda_graph.h); false when it could
+    // The step after step_ queued on the device (the wing's captured step); false when it could
     // not be captured (the log says why; from then on steps run eagerly).
-    bool captured_step();
-    // Waits for the captured steps queued since the last call and reports them (metrics, log),
-    // each with the mean time of the steps since then; stops on a non-finite loss or norm.
-    void collect_captured_steps();
+    bool queued_step();
+    // Waits for the steps queued since the last call and reports them (metrics, log), each with
+    // the mean time of the steps since then; stops on a non-finite loss or norm.
+    void collect_queued_steps();
     // The metrics line of step `step`, and its log line when it is one the log prints.
     void report_step(std::int64_t step, double loss, double lr, double norm, double ms);
     // Stops the run, before the update of step `step`, when its loss or gradient norm is not
     // finite (the last checkpoint stays the last good state).
     void check_finite(std::int64_t step, double loss, double norm) const;
     void log_metrics(const std::string& json_line);
-    // Several ranks (train/distributed.h): rank 0 alone writes the run directory and the log.
-    bool writer() const { return dist_.rank == 0; }
-    // Waits for the gradients' exchange (exchange_, started during the backward) and returns the
-    // mean of the ranks' `loss`. A stop requested on any rank is then requested on all of them.
-    double average_over_ranks(double loss);
+    // Several ranks (train/wing.h): rank 0 alone writes the run directory and the log.
+    bool writer() const { return wing_->rank() == 0; }
     // Whether the loop stops now: a stop request; with several ranks, one the ranks agreed on at
-    // the last exchange (so that all of them stop after the same step).
-    bool should_stop() const { return group_ ? stop_agreed_ : stop_requested(); }
-    // Stops the run when the ranks' weights are not bitwise identical (they must be).
-    void check_replicas_identical();
+    // the last step (so that all of them stop after the same step).
+    bool should_stop() const { return wing_->world_size() > 1 ? stop_agreed_ : stop_requested(); }
 
     Config cfg_;
     std::ostream& log_;
@@ -113,19 +105,13 @@ private:
     bool progress_bar_ = false;
     double peak_tflops_ = 0.0;      // of this GPU for this config's matmul precision; 0: unknown
     double flops_per_token_ = 0.0;  // training FLOPs per token of this model
-    DistributedEnv dist_;              // this process's rank among WORLD_SIZE
-    std::unique_ptr<TcpGroup> group_;  // the other ranks, when there are several
-    std::unique_ptr<GradientExchange> exchange_;  // the gradients' sums over the ranks
-    // Declared after exchange_, so destroyed before it: an exchange still in flight when the
-    // trainer fails is stopped (the TCP worker joined, the NCCL communicator aborted) before the
-    // buckets it writes are freed.
-    std::shared_ptr<void> nccl_;  // CUDA ranks: their NCCL communicator
-    std::unique_ptr<Collectives> collectives_;  // over group_ (CPU) or nccl_ (CUDA)
-    bool stop_agreed_ = false;         // the ranks agreed to stop (should_stop)
-    std::unique_ptr<CapturedStep> graph_;  // once the first step of run() has run eagerly
-    std::chrono::steady_clock::time_point collected_at_;  // of the last collect_captured_steps
+    // After model_ and opt_, so destroyed before them: its exchange and queued steps hold the
+    // parameters, and ZeRO-1's optimizer holds its exchange.
+    std::unique_ptr<Wing> wing_;
+    bool stop_agreed_ = false;  // the ranks agreed to stop (should_stop)
+    std::unique_ptr<QueuedSteps> queued_;  // once the first step of run() has run eagerly
+    std::chrono::steady_clock::time_point collected_at_;  // of the last collect_queued_steps
     double ms_average_ = 0.0;  // smoothed ms/step for the progress bar's ETA
-    std::unique_ptr<StepPhases> phases_;  // train.phase_times on CUDA
 };
 
 }  // namespace fg

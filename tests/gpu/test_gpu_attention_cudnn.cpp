@@ -22,6 +22,7 @@
 
 #include "../low_precision.h"
 #include "core/cuda_backend.h"
+#include "scale/scale_wing.h"
 
 using namespace fg;
 
@@ -498,7 +499,7 @@ TEST_CASE("kernels.attention=cudnn trains a bf16 run on CUDA, and refuses an f32
         Trainer t(test::tiny_addition_run(dir, 3,
                                           {"train.device=cuda", "train.precision=bf16",
                                            "model.dropout=0.1", "kernels.attention=cudnn"}),
-                  log);
+                  log, std::make_unique<ScaleWing>());
         t.model().apply([](Module& m) {
             if (auto* attn = dynamic_cast<CausalSelfAttention*>(&m))
                 CHECK(attn->backend() == AttentionBackend::cudnn);
@@ -510,7 +511,7 @@ TEST_CASE("kernels.attention=cudnn trains a bf16 run on CUDA, and refuses an f32
     std::filesystem::remove_all(dir);
     REQUIRE_THROWS_WITH(
         Trainer(test::tiny_addition_run(dir, 1, {"train.device=cuda", "kernels.attention=cudnn"}),
-                log),
+                log, std::make_unique<ScaleWing>()),
         ContainsSubstring("[train] kernels.attention is cudnn, but cuDNN's fused attention cannot run this "
                  "model: the tensors are f32"));
     std::filesystem::remove_all(dir);

@@ -1,5 +1,5 @@
 // tests/gpu/test_gpu_cuda_graph.cpp: the training step captured as a CUDA graph
-// (train/cuda_graph.h) against the same steps launched eagerly. With deterministic kernels
+// (scale/cuda_graph.h) against the same steps launched eagerly. With deterministic kernels
 // (kernels.norm_reduction grid, kernels.attention fused) the two give the same bits: every loss,
 // gradient norm and weight, over more steps than the factor table holds, with dropout,
 // micro-batches, evaluations and checkpoints between the replays, in f32 and bf16, and through a
@@ -14,8 +14,9 @@
 
 #include "core/cuda_backend.h"
 #include "core/random.h"
-#include "train/cuda_graph.h"
+#include "scale/cuda_graph.h"
 #include "train/trainer.h"
+#include "scale/scale_wing.h"
 #include "../test_helpers.h"
 
 using namespace fg;
@@ -84,7 +85,7 @@ void require_captured(const std::string& log) {
 RunResult train(const std::string& yaml, const std::string& dir) {
     std::filesystem::remove_all(dir);
     std::ostringstream log;
-    Trainer t(parse_config(yaml, "graph.yaml"), log);
+    Trainer t(parse_config(yaml, "graph.yaml"), log, std::make_unique<ScaleWing>());
     t.run();
     return {t.losses(), all_weights(t.model()), log.str(), step_lines(dir)};
 }
@@ -146,11 +147,11 @@ TEST_CASE("a captured run stopped and resumed continues exactly", "[gpu][train][
     std::ostringstream log;
     {
         Trainer first(parse_config(graph_yaml(split_dir, true, "bf16", "fused", 45), "g.yaml"),
-                      log);
+                      log, std::make_unique<ScaleWing>());
         first.run(20);
         REQUIRE(first.step() == 20);
     }
-    std::unique_ptr<Trainer> rest = Trainer::resume(split_dir, {}, log);
+    std::unique_ptr<Trainer> rest = Trainer::resume(split_dir, {}, log, std::make_unique<ScaleWing>());
     rest->run();
     require_captured(log.str());
     INFO(log.str());
@@ -197,7 +198,7 @@ TEST_CASE("a non-finite loss stops a captured run at the eager run's step, with 
         c.optim.warmup_steps = 0;
         c.optim.grad_clip = 0.0;
         std::ostringstream log;
-        Trainer t(c, log);
+        Trainer t(c, log, std::make_unique<ScaleWing>());
         Stopped out;
         try {
             t.run();
@@ -243,7 +244,7 @@ TEST_CASE("a capture that fails leaves the generators and the optimizer as they 
     Generator data_gen(5);
     default_generator().set_state(7, 45);  // not a multiple of 4: restored as it was
     CapturedStep step(model, opt, c, 64);
-    REQUIRE_THROWS_AS(step.enqueue(data, data_gen, 0), CaptureFailed);
+    REQUIRE_THROWS_AS(step.enqueue(data, data_gen, 0), QueuedSteps::CaptureFailed);
     REQUIRE_THROWS_WITH(step.enqueue(data, data_gen, 0), ContainsSubstring("sequence length 64"));
     CudaBackend& cuda = cuda_backend("test");
     CHECK_FALSE(cuda.capturing());

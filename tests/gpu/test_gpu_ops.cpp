@@ -519,7 +519,7 @@ TEST_CASE("layout ops and casts match the CPU", "[gpu]") {
 }
 
 TEST_CASE("widen_scale is cast then scale in one pass, bit for bit", "[gpu]") {
-    // The ranks' gradient averaging (train/grad_exchange.cpp): alpha * float(src) from f32, bf16
+    // The ranks' gradient averaging (scale/grad_exchange.cpp): alpha * float(src) from f32, bf16
     // and f16 sums, four at a time from aligned buffers and one at a time from a view one element
     // off, against the two separate kernels it replaces; the output poisoned first.
     require_gpu();

@@ -15,6 +15,7 @@
 #include "models/gpt_memory.h"
 #include "train/optim.h"
 #include "train/trainer.h"
+#include "scale/scale_wing.h"
 #include "../test_helpers.h"
 
 using namespace fg;
@@ -181,7 +182,7 @@ TEST_CASE("the same config and seed train to the same losses on CPU and CUDA", "
             "train: {steps: 20, batch_size: 32, eval_interval: 1000, eval_iters: 1, "
             "checkpoint_interval: 1000, device: " + device + ", out_dir: " + dir + "}\n";
         std::ostringstream log;
-        Trainer t(parse_config(yaml, "agree.yaml"), log);
+        Trainer t(parse_config(yaml, "agree.yaml"), log, std::make_unique<ScaleWing>());
         t.run();
         return t.losses();
     };
@@ -251,7 +252,7 @@ TEST_CASE("NCCL sums over one rank, or a build without it refuses CUDA ranks say
         ::setenv("RANK", "0", 1);
         std::ostringstream log;
         Config c = test::tiny_addition_run("/tmp/fg_gpu_two_ranks", 2, {"train.device=cuda"});
-        CHECK_THROWS_WITH(Trainer(c, log), ContainsSubstring(
+        CHECK_THROWS_WITH(Trainer(c, log, std::make_unique<ScaleWing>()), ContainsSubstring(
                                                "several CUDA ranks sum their gradients with NCCL, "
                                                "but this fusegrad was built without NCCL"));
         ::unsetenv("WORLD_SIZE");
@@ -295,7 +296,7 @@ TEST_CASE("train.phase_times logs each phase's GPU time and changes no loss", "[
                                           {"train.device=cuda", "kernels.cuda_graph=false",
                                            std::string("train.phase_times=") +
                                                (phases ? "true" : "false")}),
-                  log);
+                  log, std::make_unique<ScaleWing>());
         t.run();
         log_text = log.str();
         return t.losses();

@@ -1,4 +1,4 @@
-// train/step_phases.cpp: see step_phases.h.
+// scale/step_phases.cpp: see step_phases.h.
 #include "step_phases.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// train/cuda_graph.cpp: see cuda_graph.h.
+// scale/cuda_graph.cpp: see cuda_graph.h.
 #include "cuda_graph.h"
 
 #include <cstring>

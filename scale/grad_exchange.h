@@ -1,4 +1,4 @@
-// train/grad_exchange.h: the gradients' exchange of data-parallel training, overlapped with the
+// scale/grad_exchange.h: the gradients' exchange of data-parallel training, overlapped with the
 // backward, and ZeRO-1's sharded AdamW.
 //
 // Each rank computes the gradients of its share of the batch; before the update they are summed
@@ -26,7 +26,7 @@
 
 #include "core/tensor.h"
 #include "distributed.h"
-#include "optim.h"
+#include "train/optim.h"
 
 namespace fg {
 

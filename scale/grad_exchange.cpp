@@ -1,4 +1,4 @@
-// train/grad_exchange.cpp: see grad_exchange.h.
+// scale/grad_exchange.cpp: see grad_exchange.h.
 #include "grad_exchange.h"
 
 #include <algorithm>

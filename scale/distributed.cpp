@@ -1,4 +1,4 @@
-// train/distributed.cpp: see distributed.h.
+// scale/distributed.cpp: see distributed.h.
 #include "distributed.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,4 @@
-// train/step_phases.h: where an eager training step's GPU time goes (train.phase_times).
+// scale/step_phases.h: where an eager training step's GPU time goes (train.phase_times).
 //
 // Timing events on fusegrad's stream mark four points of each step: its start, the end of its
 // forward and backward passes, the end of the ranks' gradient exchange (the sums received and

@@ -1,7 +1,7 @@
-// train/distributed.h: the parts of data-parallel training that do not need a GPU.
+// scale/distributed.h: the parts of data-parallel training that do not need a GPU.
 //
 // Several processes (ranks; on GPUs one a GPU) train one model: each computes the gradients of
-// its share of every batch, the gradients are summed across ranks (train/grad_exchange.h: over
+// its share of every batch, the gradients are summed across ranks (scale/grad_exchange.h: over
 // TCP for CPU ranks, NCCL for CUDA ranks), and every rank applies the same update, so the ranks'
 // weights stay identical. What this file holds:
 //   DistributedEnv    who this process is: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "data.h"
+#include "train/data.h"
 
 namespace fg {
 

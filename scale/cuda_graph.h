@@ -1,4 +1,4 @@
-// train/cuda_graph.h: the whole training step captured once as a CUDA graph and replayed.
+// scale/cuda_graph.h: the whole training step captured once as a CUDA graph and replayed.
 //
 // One step is hundreds of launches (every op of the forward and backward of each micro-batch, the
 // gradient norm, AdamW). Launched one by one, the GPU waits whenever the host falls behind, and
@@ -34,34 +34,28 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "train/config.h"
 #include "core/random.h"
-#include "data.h"
+#include "train/data.h"
 #include "kernels/captured_step.h"  // StepState, StepRecord, AdamWStep (plain C++)
 #include "models/gpt.h"
-#include "optim.h"
-#include "step.h"
+#include "train/optim.h"
+#include "train/step.h"
+#include "train/wing.h"
 
 namespace fg {
 
 // Why this run's steps cannot be captured ("" when they can): the reason the log gives.
 std::string cuda_graph_unsupported(const Config& config, Device device, const Optimizer& opt);
 
-// What CapturedStep::enqueue throws when the capture itself failed (and nothing changed): the
-// caller runs the step eagerly instead. Any other exception is an error of the run.
-struct CaptureFailed : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-// The step's body is training_step (train/step.h); these are its hooks for a replay.
-class CapturedStep : private StepHooks {
+// The queued steps of train/wing.h. The step's body is training_step (train/step.h); these are
+// its hooks for a replay. kWindow: steps between two reads of the ring by the host, at most (and
+// the factor table's length).
+class CapturedStep final : public QueuedSteps, private StepHooks {
 public:
-    // Steps between two reads of the ring by the host, at most (and the factor table's length).
-    static constexpr int kWindow = 64;
 
     // For `model` trained by `opt` (AdamW, on CUDA) on batches of config.train.batch_size x
     // seq_len tokens, config.train.grad_accum of them a step. Allocates the fixed buffers; the
@@ -76,19 +70,14 @@ public:
     // for the batch copy of two steps back and, every kWindow steps, the refill of the factor
     // table. Throws CaptureFailed when the capture fails: then the generators, the optimizer and
     // the gradients are as they were before the call, and the caller runs the step eagerly.
-    void enqueue(const Dataset& data, Generator& data_gen, std::int64_t done);
+    void enqueue(const Dataset& data, Generator& data_gen, std::int64_t done) override;
 
     // Waits for the queued steps and returns their losses and norms in order (then forgets
     // them); the optimizer's step count and the dropout generator are brought up to date.
     // `halted_at` is 0, or the first step whose loss or norm was not finite (the last returned).
-    struct Collected {
-        std::vector<double> losses, norms;  // of each step: the mean loss, the gradient norm
-        std::int64_t first_step = 0;        // the step of losses[0]
-        std::int64_t halted_at = 0;
-    };
-    Collected collect();
-    int pending() const { return pending_; }
-    bool captured() const { return graph_ != nullptr; }
+    Collected collect() override;
+    int pending() const override { return pending_; }
+    bool captured() const override { return graph_ != nullptr; }
 
 private:
     void capture(std::int64_t done);
