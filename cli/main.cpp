@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "demo.h"
 #include "kernels/norm/explain.h"
+#include "hellaswag.h"
 #include "launch_ranks.h"
 #include "prepare.h"
 #include "scale/scale_backend.h"
@@ -132,6 +133,8 @@ struct SampleArgs {
     double temperature = 1.0;
     bool best = false;
     bool ids = false;  // a GPT-2 token run's prompt and output as ids, not text
+    std::string hellaswag;  // eval: a HellaSwag JSONL file to score instead of the losses
+    long limit = 0;         // eval --hellaswag: the first this many examples (0: all)
 };
 
 // What sample and eval both take: the run directory, --best and --device.
@@ -166,10 +169,45 @@ int sample(const SampleArgs& a, bool prompt_given) {
     return 0;
 }
 
+// `fusegrad eval --hellaswag FILE`: the run's answers to HellaSwag's examples (hellaswag.h), its
+// text encoded as the run's data was: GPT-2's tokens or the run's characters.
+int eval_hellaswag(const SampleArgs& a, fg::LoadedModel& run, fg::Device device) {
+    std::function<std::vector<std::int32_t>(const std::string&)> encode;
+    std::unique_ptr<fg::text::Gpt2Tokenizer> bpe;
+    if (run.vocab.chars().rfind("tokens: gpt2 ", 0) == 0) {
+        bpe = std::make_unique<fg::text::Gpt2Tokenizer>(fg::text::Gpt2Tokenizer::load_installed());
+        encode = [&bpe](const std::string& text) { return bpe->encode(text); };
+    } else {
+        FG_CHECK(!run.vocab.is_tokens(), "eval", "--hellaswag reads text: '", a.run_dir,
+                 "' was trained on ", run.vocab.chars().substr(0, run.vocab.chars().find('\n')),
+                 ", not on characters or GPT-2's tokens");
+        encode = [&run](const std::string& text) {
+            return run.vocab.encode(text, "a HellaSwag text");
+        };
+    }
+    const std::vector<fg::cli::ChoiceExample> examples =
+        fg::cli::read_hellaswag(a.hellaswag, a.limit, encode);
+    const fg::cli::ChoiceScore s = fg::cli::score_choices(
+        *run.model, examples, device, [](std::int64_t done, std::int64_t total) {
+            if (done % 1000 == 0)
+                std::fprintf(stderr, "hellaswag: %lld of %lld examples\n", (long long)done,
+                             (long long)total);
+        });
+    std::printf("hellaswag: %lld examples, acc %.4f (the lowest summed loss), acc_norm %.4f (the "
+                "lowest mean loss a token)\n",
+                (long long)s.examples, (double)s.correct / s.examples,
+                (double)s.correct_norm / s.examples);
+    if (s.shortened > 0)
+        std::printf("hellaswag: contexts cut to their last tokens to fit block_size: %lld\n",
+                    (long long)s.shortened);
+    return 0;
+}
+
 // `fusegrad eval`: reads the run directory, writes nothing.
 int eval(const SampleArgs& a) {
     const fg::Device device = parse_device(a.device);
     fg::LoadedModel run = fg::load_run(a.run_dir, a.best, device);
+    if (!a.hellaswag.empty()) return eval_hellaswag(a, run, device);
     fg::require_data_files(run.config, a.run_dir);
     std::unique_ptr<fg::Dataset> data = fg::make_dataset(run.config);
     FG_CHECK(data->vocab().chars() == run.vocab.chars(), "eval", "the data's vocabulary (",
@@ -342,6 +380,13 @@ int run(int argc, char** argv) {
     CLI::App* eval_cmd = app.add_subcommand(
         "eval", "train and validation loss of a run (and held-out accuracy for addition)");
     add_run_options(eval_cmd, e);
+    CLI::Option* hellaswag = eval_cmd->add_option(
+        "--hellaswag", e.hellaswag,
+        "score HellaSwag's examples instead (a JSONL file you downloaded: ctx, endings, label; "
+        "acc and acc_norm as llm.c counts them)");
+    eval_cmd->add_option("--limit", e.limit, "--hellaswag: the first N examples (0: all)")
+        ->needs(hellaswag)
+        ->check(CLI::NonNegativeNumber);
 
     PlotArgs p;
     CLI::App* plot_cmd = app.add_subcommand(
