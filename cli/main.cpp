@@ -25,6 +25,7 @@
 #include "demo.h"
 #include "kernels/norm/explain.h"
 #include "hellaswag.h"
+#include "hf_gpt2.h"
 #include "launch_ranks.h"
 #include "prepare.h"
 #include "scale/scale_backend.h"
@@ -397,6 +398,22 @@ int run(int argc, char** argv) {
     plot_cmd->add_option("--y-max", p.y_max, "the top of the loss axis (default: the data's)")
         ->check(number_above(0, false));
 
+    std::string hf_dir, hf_run;
+    bool hf_best = false;
+    CLI::App* export_cmd = app.add_subcommand(
+        "export", "a run's GPT-2 weights in Hugging Face's layout (transformers' GPT2LMHeadModel)");
+    export_cmd->add_option("run_dir", hf_run, "the run directory")->required();
+    export_cmd->add_option("--hf", hf_dir, "the folder to write model.safetensors and "
+                           "config.json into (never over either)")->required();
+    export_cmd->add_flag("--best", hf_best, "the best validation checkpoint, not the latest");
+    CLI::App* import_cmd = app.add_subcommand(
+        "import", "a run directory from GPT-2 weights in Hugging Face's layout, to sample, "
+        "evaluate or train on");
+    import_cmd->add_option("--hf", hf_dir, "a transformers GPT-2 folder (config.json and "
+                           "model.safetensors, as save_pretrained writes them)")->required();
+    import_cmd->add_option("--out", hf_run, "the run directory to make (new or empty)")
+        ->required();
+
     fg::DemoOptions d;
     std::string demo_device = "auto";
     CLI::App* demo_cmd = app.add_subcommand(
@@ -507,6 +524,16 @@ int run(int argc, char** argv) {
     if (sample_cmd->parsed()) return sample(s, prompt->count() > 0);
     if (eval_cmd->parsed()) return eval(e);
     if (plot_cmd->parsed()) return plot(p);
+    if (export_cmd->parsed()) {
+        fg::cli::export_hf_gpt2(hf_run, hf_best, hf_dir);
+        std::printf("exported '%s' to '%s' (model.safetensors, config.json)\n", hf_run.c_str(),
+                    hf_dir.c_str());
+        return 0;
+    }
+    if (import_cmd->parsed()) {
+        std::printf("%s\n", fg::cli::import_hf_gpt2(hf_dir, hf_run).c_str());
+        return 0;
+    }
     if (demo_cmd->parsed()) {
         d.device = parse_device(demo_device);
         fg::run_demo(d);

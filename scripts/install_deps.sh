@@ -3,8 +3,8 @@
 # not root). CUDA is optional and not installed here: with nvcc present (on PATH or in
 # /usr/local/cuda) the kernels are built too.
 #   --tests  also python3-torch (the PyTorch parity test, tests/parity, runs with it), GPT-2's
-#            vocabulary (as --tokenizer) and tiktoken in build/tiktoken (the tokenizer's parity
-#            test);
+#            vocabulary (as --tokenizer), tiktoken in build/tiktoken (the tokenizer's parity
+#            test) and transformers in build/hf (tests/hf: GPT-2 weights in and out);
 #   --tokenizer  GPT-2's vocabulary gpt2.tiktoken for text/gpt2_bpe.h (see below);
 #   --cudnn  also the cuDNN frontend's headers (cudnn_frontend.h, header-only C++), which
 #            cuDNN's fused attention needs (FG_CUDNN, README "Building by hand"), when nvcc and
@@ -68,6 +68,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$tiktoken" = 1 ] && [ ! -d "$root/build/tiktoken/tiktoken" ]; then
     PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --target "$root/build/tiktoken" \
         tiktoken >/dev/null
+fi
+# transformers for Debian's python3 and its torch (tests/hf): a version that still runs on
+# Debian 12's torch 1.13, beside the system's numpy (the same version pinned, so pip does not put
+# a numpy 2 in front of it).
+if [ "$tiktoken" = 1 ] && [ ! -d "$root/build/hf/transformers" ]; then
+    numpy_version=$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')
+    PIP_ROOT_USER_ACTION=ignore /usr/bin/python3 -m pip install --quiet --target "$root/build/hf" \
+        transformers==4.46.3 "numpy==$numpy_version" >/dev/null
 fi
 
 [ "$cudnn" = 1 ] || exit 0

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""tests/hf/hf_gpt2_check.py: `fusegrad import --hf` and `fusegrad export --hf` against
+transformers' own GPT2LMHeadModel (pip, in build/hf: scripts/install_deps.sh --tests; nothing is
+downloaded: every model is random-initialised here).
+
+1. In: a random GPT2LMHeadModel (its LayerNorms and biases perturbed too, so that no tensor is
+   its default), saved by save_pretrained, is imported; fusegrad's logits for the same ids equal
+   transformers' within TOL. Both GELUs (gelu_new, gelu), and the hub's layout (names without
+   "transformer.", no lm_head.weight, the attention masks' buffers in the file).
+2. Out: fusegrad runs trained a few steps (GPT-2's shape with a padded vocabulary; a character
+   run without biases, exact GELU) are exported; transformers' from_pretrained loads them, and its
+   logits equal fusegrad's within TOL; the padding rows are gone (vocab_size is the run's).
+3. Round trip: importing an export gives bitwise the logits of the run it came from.
+4. Refusals: an export over an existing config.json, an import of another activation.
+
+usage: hf_gpt2_check.py FUSEGRAD FG_LOGITS_DUMP   (exit 77: transformers is not installed)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "build", "hf"))
+try:
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+except ImportError as e:  # CI installs it (scripts/install_deps.sh --tests)
+    print(f"skipped: {e} (scripts/install_deps.sh --tests installs transformers in build/hf)")
+    sys.exit(77)
+
+# The largest |logit difference| allowed, f32 on the CPU: the two compute the same products in
+# other orders (and GELU's erf or tanh by other code), logits of size about 1.
+TOL = 1e-4
+
+fusegrad, dump = sys.argv[1], sys.argv[2]
+work = tempfile.mkdtemp(prefix="fg_hf_")
+torch.manual_seed(0)
+
+
+def run(*args, expect_error=None):
+    p = subprocess.run([fusegrad, *args], capture_output=True, text=True)
+    if expect_error is None:
+        if p.returncode != 0:
+            sys.exit(f"fusegrad {' '.join(args)} failed:\n{p.stdout}{p.stderr}")
+        return p.stdout
+    if p.returncode == 0 or expect_error not in p.stderr:
+        sys.exit(f"fusegrad {' '.join(args)}: expected an error with {expect_error!r}, got "
+                 f"exit {p.returncode}:\n{p.stdout}{p.stderr}")
+    return p.stderr
+
+
+def fg_logits(run_dir, ids):
+    out = os.path.join(work, "logits.safetensors")
+    subprocess.run([dump, run_dir, out, str(ids.shape[1])] + [str(i) for i in ids.flatten().tolist()],
+                   check=True)
+    return load_file(out)["logits"]
+
+
+def compare(what, ours, theirs, tol=TOL):
+    assert ours.shape == theirs.shape, (what, ours.shape, theirs.shape)
+    diff = (ours - theirs).abs().max().item()
+    print(f"{what}: max |logit difference| {diff:.2e} (tolerance {tol:g})")
+    if diff > tol:
+        sys.exit(f"{what}: logits differ by {diff}")
+
+
+def random_gpt2(activation, vocab=100):
+    config = GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                        activation_function=activation, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # wte and the head are one tensor: they stay tied
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+ids = torch.randint(0, 100, (2, 16))
+
+# 1. In.
+for activation in ("gelu_new", "gelu"):
+    model = random_gpt2(activation)
+    hf_in = os.path.join(work, f"hf_{activation}")
+    model.save_pretrained(hf_in, safe_serialization=True)
+    run_dir = os.path.join(work, f"run_{activation}")
+    print(run("import", "--hf", hf_in, "--out", run_dir).strip())
+    with torch.no_grad():
+        compare(f"import ({activation})", fg_logits(run_dir, ids), model(ids).logits)
+# The hub's layout: names without "transformer.", no lm_head.weight, the causal masks' buffers.
+hub = os.path.join(work, "hf_hub")
+os.makedirs(hub)
+state = {k.removeprefix("transformer."): v.contiguous() for k, v in model.state_dict().items()
+         if k != "lm_head.weight"}
+for layer in range(2):
+    state[f"h.{layer}.attn.bias"] = torch.tril(torch.ones(32, 32)).view(1, 1, 32, 32)
+save_file(state, os.path.join(hub, "model.safetensors"), metadata={"format": "pt"})
+shutil.copy(os.path.join(hf_in, "config.json"), hub)
+run("import", "--hf", hub, "--out", os.path.join(work, "run_hub"))
+with torch.no_grad():
+    compare("import (the hub's layout)", fg_logits(os.path.join(work, "run_hub"), ids),
+            model(ids).logits)
+
+# 2. Out: GPT-2's shape on random ids (vocabulary 100, padded to 128 in the model), and a
+# character run without biases (exact GELU).
+gpt2_run = os.path.join(work, "fg_gpt2")
+run("train", "configs/gpt2_124m.yaml", "--set", "data.kind=random_tokens", "--set",
+    "data.vocab_size=100", "--set", "model.vocab_size=128", "--set", "model.n_layer=2",
+    "--set", "model.n_head=4", "--set", "model.n_embd=32", "--set", "model.block_size=32",
+    "--set", "train.batch_size=4", "--set", "train.grad_accum=1", "--set", "train.steps=3",
+    "--set", "train.eval_iters=1", "--set", "train.device=cpu", "--set", "train.precision=fp32",
+    "--set", f"train.out_dir={gpt2_run}")
+char_run = os.path.join(work, "fg_char")
+run("train", "configs/shakespeare_char.yaml", "--set", "data.path=README.md", "--set",
+    "model.n_layer=2", "--set", "model.n_head=2", "--set", "model.n_embd=32", "--set",
+    "model.block_size=32", "--set", "train.steps=3", "--set", "train.batch_size=4", "--set",
+    "train.eval_iters=1", "--set", "train.device=cpu", "--set", "train.precision=fp32", "--set",
+    f"train.out_dir={char_run}")
+for name, run_dir, vocab in (("GPT-2's shape", gpt2_run, 100), ("characters, no biases", char_run, None)):
+    hf_out = os.path.join(work, "out_" + os.path.basename(run_dir))
+    run("export", run_dir, "--hf", hf_out)
+    config = json.load(open(os.path.join(hf_out, "config.json")))
+    if vocab is not None:
+        assert config["vocab_size"] == vocab, config["vocab_size"]  # the padding rows left out
+    loaded = GPT2LMHeadModel.from_pretrained(hf_out).eval()
+    char_ids = torch.randint(0, config["vocab_size"], (2, 16))
+    with torch.no_grad():
+        compare(f"export ({name})", fg_logits(run_dir, char_ids), loaded(char_ids).logits)
+    # 3. Round trip: the export imported again gives the run's logits bit for bit.
+    again = os.path.join(work, "again_" + os.path.basename(run_dir))
+    run("import", "--hf", hf_out, "--out", again)
+    compare(f"export, then import ({name})", fg_logits(again, char_ids), fg_logits(run_dir, char_ids),
+            tol=0.0)
+
+# 4. Refusals.
+run("export", gpt2_run, "--hf", os.path.join(work, "out_fg_gpt2"),
+    expect_error="model.safetensors' exists; export writes into a folder without")
+relu = os.path.join(work, "hf_relu")
+shutil.copytree(os.path.join(work, "hf_gelu"), relu)
+config = json.load(open(os.path.join(relu, "config.json")))
+config["activation_function"] = "relu"
+json.dump(config, open(os.path.join(relu, "config.json"), "w"))
+run("import", "--hf", relu, "--out", os.path.join(work, "run_relu"),
+    expect_error='activation_function "relu" is neither')
+shutil.rmtree(work)
+print("GPT-2 weights in and out: transformers' logits within", TOL)
