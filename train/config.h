@@ -73,6 +73,9 @@ struct Config {
         bool phase_times = false;
         // A resume may run on another number of ranks than the run that saved the checkpoint.
         bool ranks_may_change = false;
+        // A new run starts from these weights (a safetensors file of the model's names, as a
+        // run's model.safetensors), not from the random init; "": the random init.
+        std::string init_from;
     } train;
     struct Kernels {
         NormReduction norm_reduction = NormReduction::automatic;

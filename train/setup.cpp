@@ -106,7 +106,7 @@ TrainingMemory check_memory(const Config& c, const GPTConfig& g, std::int64_t se
 }
 
 Config with_absolute_data_paths(Config c) {
-    for (std::string* path : {&c.data.path, &c.data.val_path})
+    for (std::string* path : {&c.data.path, &c.data.val_path, &c.train.init_from})
         if (!path->empty()) *path = fs::absolute(*path).lexically_normal().string();
     return c;
 }

@@ -40,8 +40,9 @@ AttentionCall training_attention(const Config& config, Device device);
 // out-of-memory error part way through (train.memory_check: false skips the check).
 TrainingMemory check_memory(const Config& config, const GPTConfig& shape, std::int64_t seq_len,
                             Device device, int world_size);
-// data.path and data.val_path made absolute (a glob's folders too), so that the run directory's
-// config.yaml reads the same data from any working directory (sample, eval, --resume).
+// data.path, data.val_path and train.init_from made absolute (a glob's folders too), so that the
+// run directory's config.yaml reads the same files from any working directory (sample, eval,
+// --resume).
 Config with_absolute_data_paths(Config config);
 // The run's text file (data.kind text) is where its config.yaml says, or an error naming the
 // file, that config.yaml and what to edit. (A new run records the data's absolute paths.)

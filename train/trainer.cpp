@@ -94,6 +94,7 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming, std::un
     Generator init(static_cast<std::uint64_t>(c.train.seed));
     model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
     configure_kernels(*model_, c);  // a resume's kernels.* too: the config it was given
+    if (!resuming && !c.train.init_from.empty()) load_weights(*model_, c.train.init_from, device_);
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
     opt_ = wing_->attach(params_, c);  // ZeRO-1's sharded AdamW, or null
     if (!opt_) opt_ = make_optimizer(c, params_);

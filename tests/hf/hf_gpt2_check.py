@@ -11,7 +11,9 @@ downloaded: every model is random-initialised here).
    run without biases, exact GELU) are exported; transformers' from_pretrained loads them, and its
    logits equal fusegrad's within TOL; the padding rows are gone (vocab_size is the run's).
 3. Round trip: importing an export gives bitwise the logits of the run it came from.
-4. Refusals: an export over an existing config.json, an import of another activation.
+4. Refusals: an export over an existing model.safetensors, an import of another activation.
+5. Fine-tuning: a run started from imported weights (train.init_from) has them, bit for bit;
+   weights of another shape are refused.
 
 usage: hf_gpt2_check.py FUSEGRAD FG_LOGITS_DUMP   (exit 77: transformers is not installed)
 """
@@ -133,6 +135,24 @@ for name, run_dir, vocab in (("GPT-2's shape", gpt2_run, 100), ("characters, no 
     run("import", "--hf", hf_out, "--out", again)
     compare(f"export, then import ({name})", fg_logits(again, char_ids), fg_logits(run_dir, char_ids),
             tol=0.0)
+
+# 5. Fine-tuning starts from the imported weights (train.init_from): with a learning rate of 1e-30
+# (below f32's resolution of any weight here), a step leaves them as they were, and the new run's
+# logits are the imported model's, bit for bit.
+tuned = os.path.join(work, "tuned")
+shape = ["--set", "model.n_layer=2", "--set", "model.n_head=4", "--set", "model.n_embd=32",
+         "--set", "model.block_size=32", "--set", "model.vocab_size=100"]
+start = ["train", "configs/gpt2_124m.yaml", "--set", "data.kind=random_tokens", "--set",
+         "data.vocab_size=100", *shape, "--set", "train.batch_size=2", "--set",
+         "train.grad_accum=1", "--set", "train.steps=1", "--set", "train.eval_iters=1", "--set",
+         "train.device=cpu", "--set", "train.precision=fp32", "--set", "optim.lr=1e-30", "--set",
+         "optim.min_lr=1e-31"]
+run(*start, "--set", f"train.init_from={os.path.join(work, 'run_gelu_new', 'model.safetensors')}",
+    "--set", f"train.out_dir={tuned}")
+compare("init_from, one step at lr 1e-30", fg_logits(tuned, ids),
+        fg_logits(os.path.join(work, "run_gelu_new"), ids), tol=0.0)
+run(*start, "--set", f"train.init_from={os.path.join(gpt2_run, 'model.safetensors')}", "--set",
+    f"train.out_dir={os.path.join(work, 'tuned_wrong')}", expect_error="has shape")
 
 # 4. Refusals.
 run("export", gpt2_run, "--hf", os.path.join(work, "out_fg_gpt2"),
