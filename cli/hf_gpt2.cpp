@@ -203,7 +203,14 @@ std::string import_hf_gpt2(const std::string& hf_dir, const std::string& run_dir
     }
     ours.emplace_back("lm_head.weight", embedding);  // fusegrad's files hold the alias too
 
-    const std::string taken_over = claim_new_run_directory(run_dir);
+    // A new or empty folder, without the marker of a training run: a run started into it later
+    // is refused, and so never takes these files over.
+    std::error_code ec;
+    FG_CHECK(!fs::exists(run_dir, ec) || (fs::is_directory(run_dir, ec) &&
+                                          fs::directory_iterator(run_dir, ec) == fs::directory_iterator()),
+             "import", "'", run_dir, "' exists and is not an empty folder; import makes a new run "
+             "directory and never writes over a file");
+    fs::create_directories(run_dir);
     const std::string vocab_text = Vocab::tokens("gpt2", vocab).chars();
     write_file_durably((fs::path(run_dir) / "config.yaml").string(), dump_config(cfg));
     write_file_durably((fs::path(run_dir) / "vocab.txt").string(), vocab_text);
@@ -211,8 +218,7 @@ std::string import_hf_gpt2(const std::string& hf_dir, const std::string& run_dir
                      {{"format", "pt"}, {"step", "0"}, {"source", hf_dir}});
     // Read back as sample and eval will: a file that does not load is found here.
     load_run(run_dir, false, Device::cpu);
-    return (taken_over.empty() ? "" : taken_over + "; ") + "imported '" + hf_dir + "' into '" +
-           run_dir + "': GPT-2 of " + std::to_string(m.n_layer) + " layers, " +
+    return "imported '" + hf_dir + "' into '" + run_dir + "': GPT-2 of " + std::to_string(m.n_layer) + " layers, " +
            std::to_string(c) + " channels, " + std::to_string(vocab) + " tokens";
 }
 

@@ -22,7 +22,8 @@ void export_hf_gpt2(const std::string& run_dir, bool best, const std::string& ou
 
 // Makes the run directory `run_dir` (new or empty) from the transformers GPT-2 folder `hf_dir`:
 // config.yaml (the model's shape; data: GPT-2 token shards to fill in), vocab.txt and
-// model.safetensors, which `sample` and `eval` read. Returns a line for the log.
+// model.safetensors, which `sample` and `eval` read, and which a new run starts from with
+// train.init_from (a run started into `run_dir` itself is refused). Returns a line for the log.
 std::string import_hf_gpt2(const std::string& hf_dir, const std::string& run_dir);
 
 }  // namespace fg::cli

@@ -164,5 +164,10 @@ config["activation_function"] = "relu"
 json.dump(config, open(os.path.join(relu, "config.json"), "w"))
 run("import", "--hf", relu, "--out", os.path.join(work, "run_relu"),
     expect_error='activation_function "relu" is neither')
+run("import", "--hf", hub, "--out", os.path.join(work, "run_hub"),
+    expect_error="exists and is not an empty folder")
+# A training run started into an imported run's folder is refused, so never takes it over.
+run(*start, "--set", f"train.out_dir={os.path.join(work, 'run_hub')}",
+    expect_error="which fusegrad did not write: a new run needs a new or empty directory")
 shutil.rmtree(work)
 print("GPT-2 weights in and out: transformers' logits within", TOL)
