@@ -211,7 +211,9 @@ std::string import_hf_gpt2(const std::string& hf_dir, const std::string& run_dir
              "import", "'", run_dir, "' exists and is not an empty folder; import makes a new run "
              "directory and never writes over a file");
     fs::create_directories(run_dir);
-    const std::string vocab_text = Vocab::tokens("gpt2", vocab).chars();
+    // GPT-2's own vocabulary reads and writes text through GPT-2's tokenizer; any other size is
+    // a model of other ids (sample and eval take ids).
+    const std::string vocab_text = Vocab::tokens(vocab == 50257 ? "gpt2" : "hf", vocab).chars();
     write_file_durably((fs::path(run_dir) / "config.yaml").string(), dump_config(cfg));
     write_file_durably((fs::path(run_dir) / "vocab.txt").string(), vocab_text);
     save_safetensors((fs::path(run_dir) / "model.safetensors").string(), ours,

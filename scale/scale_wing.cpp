@@ -169,7 +169,7 @@ double ScaleWing::loss_over_ranks(double loss, bool& stop) {
     exchange_->finish();
     // The loss, and whether any rank was asked to stop (Ctrl-C, SIGTERM): all ranks then stop
     // after this same step, and rank 0 saves it.
-    double shared[2] = {loss, stop ? 1.0 : 0.0};
+    double shared[2] = {loss, Trainer::stop_requested() ? 1.0 : 0.0};
     group_->all_reduce_sum(shared, 2);
     stop = shared[1] > 0;
     return shared[0] * share;

@@ -19,7 +19,7 @@ packages=(cmake g++ ninja-build pkg-config libyaml-cpp-dev catch2 libopenblas-de
 cudnn=0 tokenizer=0 tiktoken=0
 for arg in "$@"; do
     case $arg in
-        --tests) packages+=(python3-torch python3-pip) tokenizer=1 tiktoken=1 ;;
+        --tests) packages+=(python3-torch python3-pip python3-venv) tokenizer=1 tiktoken=1 ;;
         --cudnn) cudnn=1 ;;
         --tokenizer) tokenizer=1 ;;
         *) echo "usage: install_deps.sh [--tests] [--cudnn] [--tokenizer]" >&2; exit 2 ;;

@@ -11,6 +11,7 @@
 // an intermediate (attention's probabilities, a saved activation) adds about as much again.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "catch.h"
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>

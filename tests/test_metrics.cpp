@@ -4,6 +4,7 @@
 // after its checkpoint, a line cut short by a kill among them.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>

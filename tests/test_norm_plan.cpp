@@ -6,6 +6,7 @@
 // the plan in words (kernels/norm/explain.h) against the plans themselves.
 #include "catch.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 

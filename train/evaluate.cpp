@@ -1,6 +1,7 @@
 // train/evaluate.cpp: see evaluate.h.
 #include "evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -48,7 +49,7 @@ void load_weights(GPT& model, const std::string& path, Device device) {
         const Tensor* t = weights.find(name);
         FG_CHECK(t != nullptr, "load", "'", path, "' has no tensor '", name,
                  "' (a different model shape?)");
-        load_tensor(*p, *t, name, path, device);
+        load_tensor(*p, t->to(p->dtype()), name, path, device);  // a 16-bit file: f32 weights
     }
 }
 

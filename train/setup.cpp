@@ -111,6 +111,19 @@ Config with_absolute_data_paths(Config c) {
     return c;
 }
 
+void check_init_from(const Config& c) {
+    const fs::path beside = fs::path(c.train.init_from).parent_path() / "config.yaml";
+    std::error_code ec;
+    if (!fs::exists(beside, ec)) return;
+    std::string differ;
+    for (const std::string& change : changed_keys(load_config(beside.string()), c))
+        if (change.rfind("model.", 0) == 0 && change.rfind("model.dropout ", 0) != 0 &&
+            change.rfind("model.vocab_size ", 0) != 0)
+            differ += (differ.empty() ? "" : ", ") + change;
+    FG_CHECK(differ.empty(), "train", "train.init_from '", c.train.init_from, "' is a model ",
+             "whose ", beside.string(), " differs from this one: ", differ);
+}
+
 void require_data_files(const Config& c, const std::string& run_dir) {
     if (c.data.kind != DataKind::text) return;  // shards name their own missing files
     std::error_code ec;

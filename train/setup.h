@@ -44,6 +44,10 @@ TrainingMemory check_memory(const Config& config, const GPTConfig& shape, std::i
 // run directory's config.yaml reads the same files from any working directory (sample, eval,
 // --resume).
 Config with_absolute_data_paths(Config config);
+// train.init_from's weights fit the model: where they sit beside a config.yaml (a run's, an
+// imported model's), its model.* keys are this config's, dropout and vocab_size aside (shapes are
+// checked as the weights load), or an error names those that differ.
+void check_init_from(const Config& config);
 // The run's text file (data.kind text) is where its config.yaml says, or an error naming the
 // file, that config.yaml and what to edit. (A new run records the data's absolute paths.)
 void require_data_files(const Config& config, const std::string& run_dir);

@@ -94,7 +94,10 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming, std::un
     Generator init(static_cast<std::uint64_t>(c.train.seed));
     model_ = std::make_unique<GPT>(gpt_config(c, vocab), init, device_);
     configure_kernels(*model_, c);  // a resume's kernels.* too: the config it was given
-    if (!resuming && !c.train.init_from.empty()) load_weights(*model_, c.train.init_from, device_);
+    if (!resuming && !c.train.init_from.empty()) {
+        check_init_from(c);
+        load_weights(*model_, c.train.init_from, device_);
+    }
     for (auto& [name, p] : model_->named_parameters()) params_.push_back({name, p});
     opt_ = wing_->attach(params_, c);  // ZeRO-1's sharded AdamW, or null
     if (!opt_) opt_ = make_optimizer(c, params_);
@@ -380,9 +383,9 @@ public:
     GradNorm gradients_done(const Tensor& loss_sum, GPT& model, double max_norm) override {
         wing_.mark(StepMark::backward_done);
         loss = loss_sum.item() / static_cast<double>(t_.cfg_.train.grad_accum);
-        bool stop = stop_requested();
+        bool stop = false;
         loss = wing_.loss_over_ranks(loss, stop);
-        if (stop && t_.wing_->world_size() > 1) {  // every rank stops after this step
+        if (stop) {  // every rank stops after this step
             t_.stop_agreed_ = true;
             request_stop();
         }

@@ -105,8 +105,9 @@ private:
     bool progress_bar_ = false;
     double peak_tflops_ = 0.0;      // of this GPU for this config's matmul precision; 0: unknown
     double flops_per_token_ = 0.0;  // training FLOPs per token of this model
-    // After model_ and opt_, so destroyed before them: its exchange and queued steps hold the
-    // parameters, and ZeRO-1's optimizer holds its exchange.
+    // After model_ and opt_, so destroyed before them (as the ranks' exchange was before it
+    // moved to the wing): its exchange holds the parameters' gradients, and is stopped before
+    // they go. (ZeRO-1's optimizer holds the exchange too; its destructor does not touch it.)
     std::unique_ptr<Wing> wing_;
     bool stop_agreed_ = false;  // the ranks agreed to stop (should_stop)
     std::unique_ptr<QueuedSteps> queued_;  // once the first step of run() has run eagerly

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <iosfwd>
 #include <memory>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "config.h"
+#include "core/error.h"
 #include "data.h"
 #include "evaluate.h"
 #include "models/gpt.h"
@@ -56,8 +58,14 @@ public:
     virtual int world_size() const { return 1; }
 
     // The run begins: several ranks meet here (each checks it runs `config`), take their GPU and
-    // their communicator. Before anything touches a GPU.
-    virtual void meet(const Config& config) { (void)config; }
+    // their communicator. Before anything touches a GPU; once a wing. Without a wing for scale,
+    // a process that a launcher started as one of several ranks is refused.
+    virtual void meet(const Config& config) {
+        (void)config;
+        const char* ranks = std::getenv("WORLD_SIZE");
+        FG_CHECK(!ranks || std::atoi(ranks) <= 1, "train", "WORLD_SIZE is ", ranks, ", but this "
+                 "trainer has no wing for scale: it would run as one process on every rank");
+    }
     // The model exists: the optimizer the wing makes for `params` (ZeRO-1's sharded AdamW), or
     // null for the config's own. Then `describe` adds the wing's lines to the run's log.
     virtual std::unique_ptr<Optimizer> attach(std::vector<NamedParam>& params,
@@ -75,8 +83,9 @@ public:
     virtual void mark(StepMark mark) { (void)mark; }
     virtual void step_begin() {}            // the gradients were just dropped
     virtual void before_last_backward() {}  // the last micro-batch's backward completes them
-    // The gradients are queued and `loss` is this rank's mean loss: returns the ranks' mean.
-    // `stop` in: a stop was requested here; out: the ranks agreed to stop after this step.
+    // The gradients are queued and `loss` is this rank's mean loss: returns the ranks' mean, and
+    // sets `stop` when the ranks agreed to stop after this step (a stop requested on any of them
+    // by the time its exchange was done). One process: `loss`, and `stop` left as it is.
     virtual double loss_over_ranks(double loss, bool& stop) {
         (void)stop;
         return loss;

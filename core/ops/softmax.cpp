@@ -1,6 +1,7 @@
 // core/ops/softmax.cpp: softmax over the last dim (optionally causal) and fused softmax
 // cross-entropy from logits. The math is stated in kernels/softmax.h; the CPU references below
 // follow it line by line.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

@@ -6,6 +6,7 @@
 // stop and resume. cuDNN's attention (non-deterministic in its backward) agrees to rounding. A
 // NaN stops both at the same step with the same message, and a capture that fails leaves the
 // generators and the optimizer as they were.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -10,6 +10,7 @@
 // from a captured CUDA graph.
 //
 // FG_NORM_TEST_MAX_ELEMS (environment) caps M * N, for compute-sanitizer runs.
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 

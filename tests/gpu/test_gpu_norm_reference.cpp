@@ -10,6 +10,7 @@
 // four that force their other paths. Inputs are rounded to their dtype first, so every
 // computation sees the same values; outputs are poisoned (NaN) before each call.
 // Tagged [norm_reference], not [norm] (the slow grid of test_gpu_norm.cpp).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>

@@ -2,6 +2,7 @@
 // computed in float64, on odd sizes (1, 7, 33, 1000, 4097 columns), with new tensors poisoned so an
 // unwritten element fails. Also: Philox identical on both sides, the caching allocator's steady
 // state, device-side index errors, deterministic backwards. Labelled `gpu`; needs a CUDA device.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 

@@ -4,6 +4,7 @@
 // trainer, 20 steps on each device from the same config and seed, to the same losses (1e-4);
 // the memory estimate of a step against the CUDA allocator's measured peak, in f32 and bf16;
 // train.phase_times' summary, with the same losses as without it.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>

@@ -13,10 +13,12 @@ downloaded: every model is random-initialised here).
 3. Round trip: importing an export gives bitwise the logits of the run it came from.
 4. Refusals: an export over an existing model.safetensors, an import of another activation.
 5. Fine-tuning: a run started from imported weights (train.init_from) has them, bit for bit;
-   weights of another shape are refused.
+   weights of another shape, or of another model (head count, GELU) of the same shapes, are
+   refused.
 
 usage: hf_gpt2_check.py FUSEGRAD FG_LOGITS_DUMP   (exit 77: transformers is not installed)
 """
+import atexit
 import json
 import os
 import shutil
@@ -39,6 +41,7 @@ TOL = 1e-4
 
 fusegrad, dump = sys.argv[1], sys.argv[2]
 work = tempfile.mkdtemp(prefix="fg_hf_")
+atexit.register(shutil.rmtree, work, True)  # also when a check fails
 torch.manual_seed(0)
 
 
@@ -153,6 +156,26 @@ compare("init_from, one step at lr 1e-30", fg_logits(tuned, ids),
         fg_logits(os.path.join(work, "run_gelu_new"), ids), tol=0.0)
 run(*start, "--set", f"train.init_from={os.path.join(gpt2_run, 'model.safetensors')}", "--set",
     f"train.out_dir={os.path.join(work, 'tuned_wrong')}", expect_error="has shape")
+# 16-bit weights (a file of another trainer's, say) start f32 master weights: a run made from
+# them resumes.
+half = os.path.join(work, "half")
+os.makedirs(half)
+weights = load_file(os.path.join(work, "run_gelu_new", "model.safetensors"))
+save_file({k: v.to(torch.bfloat16) for k, v in weights.items()},
+          os.path.join(half, "model.safetensors"), metadata={"format": "pt"})
+from_half = os.path.join(work, "from_half")
+run(*start, "--set", "optim.name=sgd", "--set",
+    f"train.init_from={os.path.join(half, 'model.safetensors')}", "--set",
+    f"train.out_dir={from_half}")
+run("train", "--resume", from_half, "--set", "train.steps=2")
+# Same shapes, another model: two heads, or the exact GELU, named from the config.yaml beside it.
+run(*[a.replace("model.n_head=4", "model.n_head=2") for a in start], "--set",
+    f"train.init_from={os.path.join(work, 'run_gelu_new', 'model.safetensors')}", "--set",
+    f"train.out_dir={os.path.join(work, 'tuned_heads')}",
+    expect_error="differs from this one: model.n_head (4 -> 2)")
+run(*start, "--set", f"train.init_from={os.path.join(work, 'run_gelu', 'model.safetensors')}",
+    "--set", f"train.out_dir={os.path.join(work, 'tuned_gelu')}",
+    expect_error='model.gelu ("exact" -> "tanh")')
 
 # 4. Refusals.
 run("export", gpt2_run, "--hf", os.path.join(work, "out_fg_gpt2"),
@@ -169,5 +192,4 @@ run("import", "--hf", hub, "--out", os.path.join(work, "run_hub"),
 # A training run started into an imported run's folder is refused, so never takes it over.
 run(*start, "--set", f"train.out_dir={os.path.join(work, 'run_hub')}",
     expect_error="which fusegrad did not write: a new run needs a new or empty directory")
-shutil.rmtree(work)
 print("GPT-2 weights in and out: transformers' logits within", TOL)
