@@ -15,7 +15,8 @@
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
 #   overhead: bench/norm_torch_overhead.py with a host profile.
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
-#   run, NANOGPT_STEPS (default 300) steps each, in one call. NANOGPT_DIR is a nanoGPT checkout
+#   run, NANOGPT_STEPS (default 300) steps each, then GPT-2 small at 16 x 1024 (random tokens,
+#   40 steps) beside nanoGPT's model.py (bench/nanogpt_gpt2.py), in one call. NANOGPT_DIR is a nanoGPT checkout
 #   carried to the machine (not part of this repository; e.g. `git --git-dir=MIRROR archive HEAD
 #   | tar -x -C .nanogpt` of a fetched copy, then carry .nanogpt, which .gitignore ignores).
 #   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh; DDP_TEST=0 skips it), then
@@ -219,6 +220,20 @@ print("fusegrad bf16: %.2f ms/step, peak %.0f MiB, loss %.4f" % (
 PY
                 python3 bench/nanogpt_baseline.py "$NANOGPT_DIR" "$GPU_DATA/tinyshakespeare.txt" \
                     --steps "$n" --json "$out/nanogpt.json" || status=1
+                # GPT-2 small, 16 x 1024 random tokens a step: fusegrad, then nanoGPT's model.py.
+                dir=/tmp/fg-nanogpt-gpt2 && rm -rf "$dir"
+                build-gpu/bin/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
+                    --set train.grad_accum=1 --set train.eval_interval=100000 \
+                    --set train.checkpoint_interval=100000 --max-steps 40 \
+                    --set train.out_dir="$dir" > "$out/nanogpt_gpt2_fusegrad.log" 2>&1 || status=1
+                python3 - "$dir/metrics.jsonl" <<'PY' || status=1
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"ms"' in l]
+late = [r for r in rows if r["step"] > 10]
+print("fusegrad GPT-2 small: %.2f ms/step, peak %.0f MiB" % (
+    statistics.median(r["ms"] for r in late), late[-1]["peak_mem_mib"]))
+PY
+                python3 bench/nanogpt_gpt2.py "$NANOGPT_DIR" --json "$out/nanogpt_gpt2.json" || status=1
             fi
             ;;&
         ddp)
