@@ -386,6 +386,18 @@ TEST_CASE("ZeRO-1's slices cover every parameter element once", "[distributed]")
            r1[0].count == 6));
 }
 
+TEST_CASE("a trainer without a wing for scale refuses to be one of several ranks", "[distributed]") {
+    ::setenv("WORLD_SIZE", "2", 1);
+    std::ostringstream log;
+    const std::string dir = "/tmp/fg_distributed_no_wing";
+    std::filesystem::remove_all(dir);
+    CHECK_THROWS_WITH(Trainer(test::tiny_addition_run(dir, 2), log),
+                      ContainsSubstring("[train] WORLD_SIZE is 2, but this trainer has no wing for "
+                                        "scale"));
+    ::unsetenv("WORLD_SIZE");
+    CHECK_FALSE(std::filesystem::exists(dir));
+}
+
 TEST_CASE("a trainer of several ranks refuses a batch it cannot split evenly", "[distributed]") {
     // The environment a launcher would set (read by the Trainer), restored after.
     ::setenv("WORLD_SIZE", "2", 1);

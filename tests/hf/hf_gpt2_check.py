@@ -189,6 +189,47 @@ run("import", "--hf", relu, "--out", os.path.join(work, "run_relu"),
     expect_error='activation_function "relu" is neither')
 run("import", "--hf", hub, "--out", os.path.join(work, "run_hub"),
     expect_error="exists and is not an empty folder")
+
+
+def import_error(name, edit_config=None, edit_state=None, expect=""):
+    # A copy of the gelu folder, its config.json or its tensors changed; the import must refuse.
+    folder = os.path.join(work, "bad_" + name)
+    shutil.copytree(os.path.join(work, "hf_gelu"), folder)
+    if edit_config:
+        config = json.load(open(os.path.join(folder, "config.json")))
+        edit_config(config)
+        json.dump(config, open(os.path.join(folder, "config.json"), "w"))
+    if edit_state:
+        state = load_file(os.path.join(folder, "model.safetensors"))
+        edit_state(state)
+        save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    run("import", "--hf", folder, "--out", os.path.join(work, "run_bad_" + name), expect_error=expect)
+
+
+import_error("llama", lambda c: c.update(model_type="llama"), expect='is not a GPT-2 (model_type "llama"')
+import_error("eps", lambda c: c.update(layer_norm_epsilon=1e-6), expect="layer_norm_epsilon 1e-06")
+import_error("untied", lambda c: c.update(tie_word_embeddings=False), expect="an untied head")
+import_error("inner", lambda c: c.update(n_inner=100), expect="n_inner 100")
+import_error("scaled", lambda c: c.update(scale_attn_by_inverse_layer_idx=True),
+             expect="attention scaled otherwise")
+import_error("missing", edit_state=lambda st: st.pop("transformer.h.1.mlp.c_fc.bias"),
+             expect="has no tensor 'transformer.h.1.mlp.c_fc.bias'")
+import_error("shape", edit_state=lambda st: st.update({"transformer.ln_f.bias": torch.zeros(31)}),
+             expect="'transformer.ln_f.bias' has shape (31), not (32)")
+import_error("head", edit_state=lambda st: st.update(
+    {"lm_head.weight": st["transformer.wte.weight"] + 1}), expect="lm_head.weight differs from wte")
+empty = os.path.join(work, "no_config")
+os.makedirs(empty)
+run("import", "--hf", empty, "--out", os.path.join(work, "run_none"),
+    expect_error="cannot read '" + os.path.join(empty, "config.json") + "'")
+rms_run = os.path.join(work, "fg_rms")
+run("train", "configs/addition.yaml", "--set", "model.norm=rmsnorm", "--set", "train.steps=1",
+    "--set", "train.device=cpu", "--set", f"train.out_dir={rms_run}")
+run("export", rms_run, "--hf", os.path.join(work, "out_rms"), expect_error="a model with RMSNorm")
+# eval --hellaswag reads text: a run of other token ids is refused.
+hs = os.path.join(work, "hs.jsonl")
+open(hs, "w").write('{"ctx": "a", "endings": ["b", "c"], "label": 0}\n')
+run("eval", gpt2_run, "--hellaswag", hs, expect_error="--hellaswag reads text")
 # A training run started into an imported run's folder is refused, so never takes it over.
 run(*start, "--set", f"train.out_dir={os.path.join(work, 'run_hub')}",
     expect_error="which fusegrad did not write: a new run needs a new or empty directory")
