@@ -393,7 +393,7 @@ int run(int argc, char** argv) {
     CLI::App* plot_cmd = app.add_subcommand(
         "plot", "train and validation loss of one or more runs on the same axes, as SVG");
     plot_cmd->add_option("out", p.out, "the SVG file to write")->required();
-    plot_cmd->add_option("runs", p.sources, "LABEL=METRICS.jsonl, one a run")->required();
+    plot_cmd->add_option("runs", p.sources, "LABEL=METRICS.jsonl, one a run (runs under one label, such as seeds, share a colour)")->required();
     plot_cmd->add_option("--title", p.title, "the plot's title")->capture_default_str();
     plot_cmd->add_option("--y-max", p.y_max, "the top of the loss axis (default: the data's)")
         ->check(number_above(0, false));

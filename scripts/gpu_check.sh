@@ -2,7 +2,7 @@
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
-#   scripts/gpu_check.sh [tests|bench|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|
+#   scripts/gpu_check.sh [tests|bench|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|gpt2text|
 #                         breakdown|norm-profile|nanogpt|ddp|phases|python|overhead|all]...
 #   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
 #   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
@@ -26,6 +26,11 @@
 #   one-GPU batch; the table by bench/scaling_report.py.
 #   phases: train.phase_times' GPU time of each phase of a GPT-2 small step, one GPU and several
 #   ranks, with PHASE_VARIANTS of the ranks' settings (see the step).
+#   gpt2text: GPT-2 small's architecture from scratch on the Shakespeare text's GPT-2 tokens
+#   (`fusegrad prepare`), fusegrad and nanoGPT's own train.py (NANOGPT_DIR), the same tokens, batch,
+#   schedule and steps, seeds PROOF_SEEDS (default "1 2 3"): validation curves as one SVG, the
+#   seed spread, a sample from each (bench/gpt2_text_proof.py); PROOF_WORK: a folder of an earlier
+#   call on the same machine, whose finished runs are kept (more seeds in a second call).
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
 #   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
 #   TORCH_MODES says e.g. "bf16 bf16:compile fp32"), for SHAKESPEARE_STEPS steps (default: the
@@ -236,6 +241,17 @@ PY
                 python3 bench/nanogpt_gpt2.py "$NANOGPT_DIR" --json "$out/nanogpt_gpt2.json" || status=1
             fi
             ;;&
+        gpt2text)
+            if [ -z "${NANOGPT_DIR:-}" ]; then
+                echo "gpt2text: set NANOGPT_DIR to a nanoGPT checkout"; status=1
+            else
+                python3 bench/gpt2_text_proof.py --fusegrad build-gpu/bin/fusegrad \
+                    --nanogpt "$NANOGPT_DIR" --text "$GPU_DATA/tinyshakespeare.txt" \
+                    --work "${PROOF_WORK:-$(mktemp -d -u /tmp/fg-gpt2-text.XXXXXX)}" --out "$out" \
+                    --seeds ${PROOF_SEEDS:-1 2 3} > "$out/gpt2_text_proof.log" 2>&1 || status=1
+                tail -40 "$out/gpt2_text_proof.log"
+            fi
+            ;;
         ddp)
             export NCCL_NVLS_ENABLE=0
             if [ "${DDP_TEST:-1}" = 1 ]; then

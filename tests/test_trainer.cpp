@@ -47,6 +47,30 @@ TEST_CASE("a resumed run repeats the uninterrupted losses bit for bit", "[traine
     REQUIRE(lines == 4);
 }
 
+TEST_CASE("plot: runs under one label share a colour and one legend entry", "[trainer]") {
+    const std::string dir = "/tmp/fg_plot_groups";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/a.jsonl") << "{\"step\": 1, \"val_loss\": 3.0}\n{\"step\": 2, \"val_loss\": 2.0}\n";
+    std::ofstream(dir + "/b.jsonl") << "{\"step\": 1, \"val_loss\": 3.5}\n{\"step\": 2, \"val_loss\": 2.5}\n";
+    std::ofstream(dir + "/c.jsonl") << "{\"step\": 1, \"loss\": 4.0, \"val_loss\": 3.2}\n";
+    write_loss_curves({{"seeds", dir + "/a.jsonl"}, {"other", dir + "/c.jsonl"}, {"seeds", dir + "/b.jsonl"}},
+                      dir + "/p.svg", "groups");
+    std::ifstream in(dir + "/p.svg");
+    const std::string svg((std::istreambuf_iterator<char>(in)), {});
+    auto count = [&](const std::string& what) {
+        std::size_t n = 0;
+        for (std::size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+        return n;
+    };
+    CHECK(count("<polyline") == 6);                   // a train and a validation line a run
+    CHECK(count("seeds: validation loss") == 1);       // one legend entry for the two runs
+    CHECK(count("seeds: train loss") == 0);            // they have no training loss to name
+    CHECK(count("other: train loss") == 1);
+    CHECK(count("fill=\"#1f77b4\"") == 4 + 1);        // the first label's dots (two runs) and legend
+    CHECK(count("fill=\"#d62728\"") == 1 + 2);        // the second label's dot and legend lines
+}
+
 TEST_CASE("trainer bad inputs: an error, and nothing half-written", "[trainer][errors]") {
     fs::remove_all("/tmp/fg_run_errors");
     std::ostringstream log;

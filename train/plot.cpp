@@ -21,15 +21,9 @@ namespace {
 // Text as SVG (XML) character data: titles and labels come from the command line.
 std::string xml_escape(const std::string& text) {
     std::string out;
-    for (char c : text) {
-        switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&quot;"; break;
-            default: out += c;
-        }
-    }
+    for (char c : text)
+        out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&quot;"
+                                                                                : std::string(1, c);
     return out;
 }
 
@@ -57,7 +51,6 @@ Series read_metrics(const LossCurveSource& source) {
     Series s{source.label, {}, {}};
     std::string line;
     while (std::getline(in, line)) {
-        if (line.empty()) continue;
         nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
         // Numbers only: the trainer writes a non-finite value as null.
         const auto number = [&j](const char* key) { return j.contains(key) && j[key].is_number(); };
@@ -65,9 +58,7 @@ Series read_metrics(const LossCurveSource& source) {
         const double step = j["step"].get<double>();
         // A step past 1e15 or below 0 is no training step (and would put the axis at infinity).
         if (!(step >= 0 && step <= 1e15)) continue;
-        auto finite = [&](const char* key) {
-            return number(key) && std::isfinite(j[key].get<double>());
-        };
+        auto finite = [&](const char* k) { return number(k) && std::isfinite(j[k].get<double>()); };
         if (finite("loss")) s.train.push_back({step, j["loss"].get<double>()});
         if (finite("val_loss")) s.val.push_back({step, j["val_loss"].get<double>()});
     }
@@ -129,26 +120,36 @@ void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::stri
     svg << "<text x=\"" << w / 2 << "\" y=\"" << h - 10 << "\" text-anchor=\"middle\">step</text>\n"
         << "<text x=\"16\" y=\"" << h / 2 << "\" transform=\"rotate(-90 16 " << h / 2
         << ")\" text-anchor=\"middle\">loss</text>\n";
-    // One run: blue train, red validation. Several: one colour per run, both lines in it.
+    // One label: blue train, red validation. Several: one colour per label, both lines in it;
+    // runs under the same label (seeds of one setup) share its colour and its legend lines.
     static const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
-    double legend_y = top + 15;
-    for (std::size_t i = 0; i < series.size(); ++i) {
-        const Series& s = series[i];
-        const bool single = series.size() == 1;
-        const std::string train_colour = single ? palette[0] : palette[i % 6];
-        const std::string val_colour = single ? palette[1] : palette[i % 6];
+    std::vector<std::string> labels;  // distinct, in order of first appearance
+    for (const Series& s : series)
+        if (!std::count(labels.begin(), labels.end(), s.label)) labels.push_back(s.label);
+    const bool single = labels.size() == 1;
+    auto colour = [&](std::size_t i, bool val) { return single ? palette[val] : palette[i % 6]; };
+    for (const Series& s : series) {
+        const std::size_t i = std::find(labels.begin(), labels.end(), s.label) - labels.begin();
+        const std::string train_colour = colour(i, false), val_colour = colour(i, true);
         svg << polyline(s.train, train_colour, 1.0, single ? 1.0 : 0.45)
             << polyline(s.val, val_colour, 2.0, 1.0);
         for (const Point& p : s.val)
             svg << "<circle cx=\"" << number(x(p.step)) << "\" cy=\"" << number(y(p.loss))
                 << "\" r=\"3\" fill=\"" << val_colour << "\"/>\n";
-        const std::string prefix = s.label.empty() ? "" : xml_escape(s.label) + ": ";
-        svg << "<text x=\"" << w - right - 260 << "\" y=\"" << legend_y << "\" fill=\"" << train_colour
-            << "\">" << prefix << "train loss (thin)</text>\n";
-        legend_y += 17;
-        svg << "<text x=\"" << w - right - 260 << "\" y=\"" << legend_y << "\" fill=\"" << val_colour
-            << "\">" << prefix << "validation loss (dots)</text>\n";
-        legend_y += 17;
+    }
+    double legend_y = top + 15;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+        bool train = false, val = false;
+        for (const Series& s : series)
+            if (s.label == labels[i]) train |= !s.train.empty(), val |= !s.val.empty();
+        const std::string prefix = labels[i].empty() ? "" : xml_escape(labels[i]) + ": ";
+        auto legend = [&](bool is_val, const char* what) {
+            svg << "<text x=\"" << w - right - 260 << "\" y=\"" << legend_y << "\" fill=\""
+                << colour(i, is_val) << "\">" << prefix << what << "</text>\n";
+            legend_y += 17;
+        };
+        if (train) legend(false, "train loss (thin)");
+        if (val) legend(true, "validation loss (dots)");
     }
     svg << "</svg>\n";
     write_file_durably(svg_path, svg.str(), "plot");  // a failed write leaves no .tmp behind

@@ -9,7 +9,8 @@
 namespace fg {
 
 struct LossCurveSource {
-    std::string label;          // shown in the legend ("" for a single run)
+    std::string label;          // shown in the legend ("" for a single run); runs under one label
+                                // (seeds of one setup) share a colour and a legend entry
     std::string metrics_jsonl;  // lines with "step" and "loss" and/or "val_loss"
 };
 
