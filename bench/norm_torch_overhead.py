@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """bench/norm_torch_overhead.py: where the time of a fusegrad norm call from PyTorch goes, beside
-PyTorch's own module: the host's time to launch a forward + backward (Python, the custom ops'
-dispatch where a call takes them, ctypes), for fusegrad's eager path ("fusegrad") and its
-custom-op path ("fusegrad-ops", as under torch.compile) apart; the GPU's time for it as
+PyTorch's own module and Liger-Kernel's (when its source is given): the host's time to launch a
+forward + backward (Python, the dispatcher, autograd), the GPU's time for it as
 bench/torch_timer.py measures it (and how long the GPU had to spin before the timed region for
 the host to finish launching), and the sum of the kernels' own times from the profiler. When the
 host's time is near or above the GPU's, an eager model is bound by the host; when the timer's
 figure is far above the kernels' sum, the timer measured the host.
 
 Usage: python3 bench/norm_torch_overhead.py [--reps N] [--case KIND:DTYPE:MxN ...] [--profile N]
-(default cases: the rows of docs/pytorch.md that stood out, and their neighbours). --profile N
+                                           [--liger DIR]
+(default cases: the norms of the models in bench/norm_torch_models.py: nanoGPT's baby GPT and
+GPT-2 small, LayerNorm over an f32 residual stream under autocast; Llama's RMSNorm at 1024).
+--liger DIR: a Liger-Kernel checkout's src/ folder (carried, never committed). --profile N
 also runs N forward + backward calls of fusegrad's module under cProfile for the first case and
 prints the functions that took the host's time, by their own time: where the launch cost is.
 """
@@ -29,25 +31,27 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_timer import Timer  # noqa: E402  (bench/torch_timer.py)
 
-DEFAULT_CASES = ["rmsnorm:float32:16384x384", "layernorm:float32:16384x384",
-                 "layernorm:bfloat16:2048x16384", "rmsnorm:bfloat16:2048x16384"]
+DEFAULT_CASES = ["layernorm:float32:16384x384", "layernorm:float32:16384x768",
+                 "rmsnorm:bfloat16:8192x1024", "rmsnorm:float32:8192x1024"]
 
 
 def module_for(impl, kind, n, dtype):
-    if impl.startswith("fusegrad"):
+    if impl == "fusegrad":
         import fusegrad
         cls = fusegrad.LayerNorm if kind == "layernorm" else fusegrad.RMSNorm
+    elif impl == "liger":
+        from liger_kernel.transformers.layer_norm import LigerLayerNorm
+        from liger_kernel.transformers.rms_norm import LigerRMSNorm
+        module = (LigerLayerNorm(n, eps=1e-5, bias=True) if kind == "layernorm"
+                  else LigerRMSNorm(n, eps=1e-5))
+        return module.to(device="cuda", dtype=dtype)
     else:
         cls = nn.LayerNorm if kind == "layernorm" else nn.RMSNorm
     return cls(n, eps=1e-5, device="cuda", dtype=dtype)
 
 
 def measure(impl, kind, dtype, m, n, reps):
-    """impl: "fusegrad" (eager calls through _EagerNorm, the default), "fusegrad-ops" (through
-    the custom ops, as under torch.compile) or "torch"."""
-    if impl.startswith("fusegrad"):
-        import fusegrad
-        fusegrad._ops.EAGER_PATH = "custom_op" if impl == "fusegrad-ops" else "function"
+    """impl: "fusegrad", "liger" or "torch"."""
     torch.manual_seed(0)
     module = module_for(impl, kind, n, dtype)
     x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
@@ -80,10 +84,7 @@ def measure(impl, kind, dtype, m, n, reps):
 
 
 def profile_host(kind, dtype, m, n, calls):
-    """cProfile over `calls` forward + backward calls of fusegrad's module (the host's side),
-    on the eager path."""
-    import fusegrad
-    fusegrad._ops.EAGER_PATH = "function"
+    """cProfile over `calls` forward + backward calls of fusegrad's module (the host's side)."""
     module = module_for("fusegrad", kind, n, dtype)
     x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
     dy = torch.randn(m, n, device="cuda", dtype=dtype)
@@ -111,7 +112,12 @@ def main():
     ap.add_argument("--case", action="append", default=None, metavar="KIND:DTYPE:MxN")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="cProfile N fusegrad calls of the first case (0: no profile)")
+    ap.add_argument("--liger", default=None, metavar="DIR", help="Liger-Kernel's src/ folder")
     args = ap.parse_args()
+    impls = ["torch", "fusegrad"]
+    if args.liger:
+        sys.path.insert(0, args.liger)
+        impls.append("liger")
     print("%s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__))
     print("| case | impl | host ms (launch fwd+bwd) | timer ms | kernels ms (profiler) | "
           "spin cycles | host-bound reps |")
@@ -120,7 +126,7 @@ def main():
         kind, dtype_name, shape = case.split(":")
         m, n = (int(v) for v in shape.split("x"))
         dtype = getattr(torch, dtype_name)
-        for impl in ("fusegrad", "fusegrad-ops", "torch"):
+        for impl in impls:
             try:
                 r = measure(impl, kind, dtype, m, n, args.reps)
                 print("| %s | %s | %.3f | %.3f | %.3f | %d | %d |" % (

@@ -1,8 +1,8 @@
 /* capi/fusegrad_norm.h: a plain C ABI over fusegrad's fused RMSNorm / LayerNorm kernels
  * (kernels/norm.h states their math), built as the shared library libfusegrad_norm.so.
  *
- * It exists for callers that must not link fusegrad's C++: the PyTorch package (python/fusegrad)
- * loads the library with ctypes and allocates every buffer itself. So nothing here allocates,
+ * It exists for callers that must not link fusegrad's C++: the PyTorch package's operators
+ * (capi/torch_ops.cpp, libfusegrad_torch.so) call it and allocate every buffer themselves. So nothing here allocates,
  * frees or synchronises: the caller passes device pointers, the CUDA stream to queue the kernels
  * on (a cudaStream_t as void*; NULL is the default stream) and, for the backward, a workspace of
  * the size fgn_norm_backward_workspace_bytes reports. The calls can be captured in a CUDA graph.

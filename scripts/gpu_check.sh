@@ -13,7 +13,8 @@
 #   norm-profile: Nsight Compute on the tuned norm kernels at 16384 x 384 and 768 (see the step).
 #   ladder: bench_norm --kernel ladder (LADDER_FLAGS: more of its flags, e.g. --dtype bf16).
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
-#   overhead: bench/norm_torch_overhead.py with a host profile.
+#   overhead: bench/norm_torch_overhead.py with a host profile (LIGER_SRC: Liger-Kernel's src/
+#   folder, carried, to time its modules beside).
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
 #   run, NANOGPT_STEPS (default 300) steps each, then GPT-2 small at 16 x 1024 (random tokens,
 #   40 steps) beside nanoGPT's model.py (bench/nanogpt_gpt2.py), in one call. NANOGPT_DIR is a nanoGPT checkout
@@ -47,7 +48,7 @@ mkdir -p "$out"
 what=${*:-all}
 status=0
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DFG_PYTHON="$(command -v python3)" \
+    -DFG_PYTHON="$(command -v python3)" -DFG_TORCH_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 # A warm machine keeps build-gpu/ from an earlier call, and ninja rebuilds what is older than
 # its sources. The tree arrives with the build machine's modification times, which need not be
@@ -349,8 +350,9 @@ PY
             ;;&
         overhead)
             # Host against GPU time of the norms called from PyTorch, and a profile of the host.
-            FUSEGRAD_NORM_LIBRARY=$PWD/build-gpu/capi/libfusegrad_norm.so PYTHONPATH=$PWD/python \
-                python3 bench/norm_torch_overhead.py --profile 200 > "$out/overhead.log" 2>&1 ||
+            FUSEGRAD_TORCH_LIBRARY=$PWD/build-gpu/capi/libfusegrad_torch.so PYTHONPATH=$PWD/python \
+                python3 bench/norm_torch_overhead.py --profile 200 ${LIGER_SRC:+--liger "$LIGER_SRC"} \
+                > "$out/overhead.log" 2>&1 ||
                 status=1
             grep "^|" "$out/overhead.log"
             ;;&

@@ -5,7 +5,7 @@
 #   1. the CUDA configuration (when nvcc exists; compile and link only without a GPU), -Werror,
 #      and its CPU tests (ctest -LE gpu); on a machine with a GPU, also the gpu tests;
 #   2. the PyTorch package's pytest suite (scripts/test_python.sh: PyTorch from pip into
-#      build/pyenv), over the CUDA build's libfusegrad_norm.so;
+#      build/pyenv), over the CUDA build's libraries (libfusegrad_torch.so built there for it);
 #   3. a CPU-only configuration under AddressSanitizer + UndefinedBehaviorSanitizer, -Werror,
 #      and its CPU tests.
 set -euo pipefail
@@ -27,7 +27,7 @@ else
     echo "== no nvcc: skipping the CUDA build"
 fi
 
-echo "== the PyTorch package (tests/python; loads build/cuda's libfusegrad_norm.so)"
+echo "== the PyTorch package (tests/python; builds and loads build/cuda's libfusegrad_torch.so)"
 bash scripts/test_python.sh build/cuda
 
 echo "== CPU-only build under ASan + UBSan (build/cpu-asan)"

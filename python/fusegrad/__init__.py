@@ -1,5 +1,6 @@
 """fusegrad: the fused RMSNorm / LayerNorm CUDA kernels of fusegrad (a C++17/CUDA training
-framework) for PyTorch: functions, drop-in modules, and the torch.library ops beneath them.
+framework) for PyTorch: functions, drop-in modules, and the ops beneath them (registered with
+PyTorch's dispatcher in C++).
 
     import fusegrad
     norm = fusegrad.LayerNorm(768).cuda()          # as torch.nn.LayerNorm(768)
@@ -7,15 +8,16 @@ framework) for PyTorch: functions, drop-in modules, and the torch.library ops be
     y, h = fusegrad.rms_norm(x, w, residual=r)      # fused residual add: h = x + r, y = norm(h)
     fusegrad.replace_norms(model)                   # swap a model's nn.LayerNorm / nn.RMSNorm
 
-Importing needs PyTorch (2.4 or newer) but neither a GPU nor the kernels' library: the library
-(libfusegrad_norm.so, built by `pip install .`) is loaded at the first call, and a missing one is
-reported then, as is a CPU tensor. docs/pytorch.md is the guide.
+Importing needs PyTorch (2.4 or newer) but no GPU. It loads the ops' library (libfusegrad_torch.so,
+built by `pip install --no-build-isolation .` against the installed PyTorch); a missing or broken
+one is not an import error but reported at the first call, as is a CPU tensor. docs/pytorch.md is
+the guide.
 """
 import torch as _torch
 
-if not hasattr(_torch, "library") or not hasattr(_torch.library, "custom_op"):
-    raise ImportError("fusegrad needs PyTorch 2.4 or newer (torch.library.custom_op); this is "
-                      "PyTorch %s" % _torch.__version__)
+if tuple(int(v) for v in _torch.__version__.split(".")[:2] if v.isdigit()) < (2, 4):
+    raise ImportError("fusegrad needs PyTorch 2.4 or newer; this is PyTorch %s"
+                      % _torch.__version__)
 
 from . import _library  # noqa: E402
 from ._library import LibraryError, library_path  # noqa: E402,F401

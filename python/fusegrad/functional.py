@@ -1,6 +1,7 @@
 """python/fusegrad/functional.py: fusegrad.rms_norm and fusegrad.layer_norm, the functions over the
-custom ops of _ops.py, or in eager mode over the same implementations without the ops'
-dispatch (_ops.norm says which; the math is in kernels/norm.h and docs/norms.md).
+op norm_forward of _ops.py (the math is in kernels/norm.h and docs/norms.md). The op checks the
+tensors it gets (device, dtype, shapes); these functions check what is theirs to interpret
+(normalized_shape, eps, reduction) and bring the tensors to rows of N values.
 
 Both normalise over the trailing dims of `input` that `weight` (else `bias`, else
 `normalized_shape`, else the last dim) has: shape (..., *normalized_shape). y has the input's
@@ -19,7 +20,8 @@ _RMS_DEFAULT_EPS = torch.finfo(torch.float32).eps
 
 def _norm(kind, input, weight, bias, eps, residual, zero_centered, normalized_shape, reduction):
     fn = _ops.FUNCTION_NAMES[kind]
-    _ops.check_input(fn, input)
+    if not isinstance(input, torch.Tensor):
+        raise TypeError("%s: input must be a torch.Tensor, got %s" % (fn, type(input).__name__))
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError("%s: eps must be a number, got %r" % (fn, eps))
     code = _ops.REDUCTIONS.get(reduction) if isinstance(reduction, str) else None
@@ -45,7 +47,8 @@ def _norm(kind, input, weight, bias, eps, residual, zero_centered, normalized_sh
     b = _rows_of(fn, "bias", bias, (), cols) if bias is not None else None
     save_stats = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (input, residual, weight, bias))
-    y, h, _, _ = _ops.norm(x, r, w, b, kind, float(eps), bool(zero_centered), code, save_stats)
+    y, h, _, _ = _ops.norm_forward(x, r, w, b, kind, float(eps), bool(zero_centered), code,
+                                   save_stats)
     y = y.view(input.shape)
     return (y, h.view(input.shape)) if residual is not None else y
 

@@ -1,8 +1,8 @@
 """tests/python/conftest.py: pytest set-up for the PyTorch package's tests.
 
 `import fusegrad` finds the installed package (pip install .), else the source tree's
-python/fusegrad, which then loads the library named by $FUSEGRAD_NORM_LIBRARY (CI points it at the
-CUDA build's build/cuda/capi/libfusegrad_norm.so). Tests marked `gpu` need a CUDA device and the
+python/fusegrad, which then loads the library named by $FUSEGRAD_TORCH_LIBRARY (scripts/
+test_python.sh builds build/cuda/capi/libfusegrad_torch.so and points it there). Tests marked `gpu` need a CUDA device and the
 library; they are skipped without them, unless $FUSEGRAD_REQUIRE_GPU is set (the GPU machine's
 script sets it), which turns a missing GPU or library into an error instead of a quiet skip.
 """
@@ -22,7 +22,7 @@ except ImportError as e:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA device and libfusegrad_norm.so")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device and libfusegrad_torch.so")
     if os.environ.get("FUSEGRAD_REQUIRE_GPU") and not fusegrad.is_available():
         raise pytest.UsageError("FUSEGRAD_REQUIRE_GPU is set but the kernels cannot run: %s"
                                 % fusegrad.why_unavailable())

@@ -1,8 +1,8 @@
 """tests/python/test_package.py: what the package does without a GPU, so that CI runs it: import,
 the errors a PyTorch user meets (each names the argument), the modules' API against torch.nn's,
-shapes and dtypes through the fake (meta) implementations, torch.library.opcheck and
-torch.compile(fullgraph=True) traced on meta tensors, the missing-library message, and the C ABI's
-argument checks through ctypes (which need no GPU).
+shapes and dtypes through the ops' Meta implementations, torch.library.opcheck and
+torch.compile(fullgraph=True) traced on meta tensors, the missing-library message, the autograd
+formula registered in C++, and the C ABI's argument checks through ctypes (which need no GPU).
 
 Shapes: M rows of N values; meta tensors stand in for CUDA ones (same checks, no kernels).
 """
@@ -36,38 +36,34 @@ def test_import_needs_no_gpu_and_says_why_unavailable():
         assert "CUDA" in fusegrad.why_unavailable()
 
 
-def test_import_does_not_load_the_library():
-    # A fresh interpreter: importing (and building modules) must not touch libfusegrad_norm.so.
-    code = ("import fusegrad, fusegrad._library as L; fusegrad.LayerNorm(8); "
-            "assert L._lib is None and L._failure is None; print('ok')")
-    env = dict(os.environ, FUSEGRAD_NORM_LIBRARY="/nonexistent/libfusegrad_norm.so",
+def _fresh_import(code, library):
+    """Runs `code` after `import fusegrad` in a new interpreter whose ops' library is `library`."""
+    env = dict(os.environ, FUSEGRAD_TORCH_LIBRARY=str(library),
                PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-c", "import fusegrad, torch\n" + code], env=env,
+                          capture_output=True, text=True)
+
+
+def test_missing_library_is_a_clear_error_at_the_first_call(tmp_path):
+    # Importing and building modules work without the library; the first call says what is
+    # missing and how to get it.
+    missing = tmp_path / "nowhere" / "libfusegrad_torch.so"
+    out = _fresh_import("m = fusegrad.LayerNorm(8)\n"
+                        "ok, why = fusegrad._library.status(); assert not ok\n"
+                        "try:\n    m(torch.randn(2, 8, device='meta'))\n"
+                        "except fusegrad.LibraryError as e:\n    print(e)\n", missing)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    text = out.stdout
+    assert str(missing) in text and "FUSEGRAD_TORCH_LIBRARY" in text
+    assert "pip install --no-build-isolation ." in text
 
 
-def test_missing_library_is_a_clear_error(monkeypatch, tmp_path):
-    missing = tmp_path / "nowhere" / "libfusegrad_norm.so"
-    monkeypatch.setenv("FUSEGRAD_NORM_LIBRARY", str(missing))
-    monkeypatch.setattr(_library, "_lib", None)
-    monkeypatch.setattr(_library, "_failure", None)
-    with pytest.raises(fusegrad.LibraryError) as e:
-        _library.load()
-    text = str(e.value)
-    assert str(missing) in text and "FUSEGRAD_NORM_LIBRARY" in text and "pip install ." in text
-    ok, why = _library.status()
-    assert not ok and str(missing) in why
-
-
-def test_library_that_is_not_ours(monkeypatch, tmp_path):
-    not_ours = tmp_path / "libfusegrad_norm.so"
+def test_library_that_is_not_ours(tmp_path):
+    not_ours = tmp_path / "libfusegrad_torch.so"
     not_ours.write_bytes(b"not an ELF file")
-    monkeypatch.setenv("FUSEGRAD_NORM_LIBRARY", str(not_ours))
-    monkeypatch.setattr(_library, "_lib", None)
-    monkeypatch.setattr(_library, "_failure", None)
-    with pytest.raises(fusegrad.LibraryError, match="could not load"):
-        _library.load()
+    out = _fresh_import("print(fusegrad._library.status()[1])", not_ours)
+    assert out.returncode == 0, out.stderr
+    assert "could not load" in out.stdout and str(not_ours) in out.stdout
 
 
 # ---- errors that name the argument -------------------------------------------------------------
@@ -276,62 +272,51 @@ def test_compile_traces_without_graph_breaks_on_meta():
     assert model.ln.weight.grad.shape == (16,) and model.rms.weight.grad.shape == (16,)
 
 
-# ---- which path a call takes: the custom ops, or _EagerNorm in eager mode ----------------------
+# ---- autograd: the formula registered in C++ -------------------------------------------------
 
-def test_eager_calls_bypass_the_custom_ops_and_compile_uses_them(monkeypatch):
-    """Eager calls on plain tensors run the implementations through _EagerNorm, not the custom
-    ops; meta tensors (and torch.compile, and EAGER_PATH = "custom_op") take the ops. On the
-    CPU, with the kernels' implementations replaced by stand-ins that record their calls: the
-    stand-in forward is y = 2 x, its backward dx = 3 dy, so the gradients show which formula ran."""
-    from fusegrad import _ops
-    calls = []
-
-    def forward_impl(input, residual, weight, bias, kind, eps, zero_centered, reduction,
-                     save_stats):
-        calls.append("forward")
-        rows = input.numel() // input.shape[-1]
-        stats = input.new_zeros(rows if save_stats else 0, dtype=torch.float32)
-        return 2 * input, input.new_empty(0), input.new_empty(0), stats
-
-    def backward_impl(grad_y, grad_h, saved, weight, mean, rstd, kind, zero_centered, reduction,
-                      param_dtype, want_dweight, want_dbias, checked=False):
-        # The eager path's own arguments need no second check.
-        assert checked
-        calls.append("backward")
-        n = saved.shape[-1]
-        return (3 * grad_y, saved.new_ones(n if want_dweight else 0, dtype=param_dtype),
-                saved.new_zeros(0))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the custom op was called on the eager path")
-
-    monkeypatch.setattr(_ops, "_norm_forward_impl", forward_impl)
-    monkeypatch.setattr(_ops, "_norm_backward_impl", backward_impl)
-    monkeypatch.setattr(_ops, "norm_forward", refuse)
-    x = torch.randn(4, 8, requires_grad=True)
-    w = torch.ones(8, requires_grad=True)
-    assert not _ops.uses_custom_ops(x)
-    y, h, mean, rstd = _ops.norm(x, None, w, None, _ops.RMS, 1e-5, False, 0, True)
-    assert torch.equal(y, 2 * x.detach()) and calls == ["forward"]
-    y.sum().backward()
-    assert calls == ["forward", "backward"]
-    assert torch.equal(x.grad, torch.full_like(x, 3.0)) and torch.equal(w.grad, torch.ones(8))
+def test_autograd_calls_the_backward_op_from_cpp():
+    """norm_forward's derivative is a C++ autograd node (no Python on the way back), which calls
+    norm_backward: its gradients have the shapes and dtypes of the inputs, and the statistics none."""
+    x, w = meta(4, 8, grad=True), meta(8, grad=True)
+    y, h, mean, rstd = torch.ops.fusegrad.norm_forward(x, None, w, None, 0, 1e-5, False, 0, True)
+    assert "NormFunction" in y.grad_fn.name() and type(y.grad_fn).__name__ != "BackwardCFunction"
     assert not mean.requires_grad and not rstd.requires_grad
-    # The custom ops' cases.
-    assert _ops.uses_custom_ops(meta(4, 8))
-    monkeypatch.setattr(_ops, "EAGER_PATH", "custom_op")
-    assert _ops.uses_custom_ops(x)
-    with pytest.raises(AssertionError, match="custom op was called"):
-        _ops.norm(x, None, w, None, _ops.RMS, 1e-5, False, 0, True)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+    # Without statistics there is nothing to differentiate with: the backward says so.
+    y, _, _, _ = torch.ops.fusegrad.norm_forward(x, None, w, None, 0, 1e-5, False, 0, False)
+    with pytest.raises(RuntimeError, match=r"fusegrad.rms_norm: the forward ran with "
+                                           r"save_stats=False"):
+        y.sum().backward()
 
 
 # ---- the C ABI's argument checks (no GPU needed) ------------------------------------------------
 
+ABI_VERSION = 1  # capi/fusegrad_norm.h: FGN_ABI_VERSION
+
+
+def _norm_library_path():
+    """libfusegrad_norm.so: $FUSEGRAD_NORM_LIBRARY, else beside the ops' library."""
+    return os.environ.get("FUSEGRAD_NORM_LIBRARY") or os.path.join(
+        os.path.dirname(_library.library_path()), "libfusegrad_norm.so")
+
+
 def _lib_or_skip():
-    ok, why = _library.status()
-    if not ok:
-        pytest.skip(why)
-    return _library.load()
+    """The C ABI's library through ctypes, its functions declared."""
+    path = _norm_library_path()
+    if not os.path.isfile(path):
+        pytest.skip("no libfusegrad_norm.so at %s" % path)
+    lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    c_int, c_i64, c_f, c_p = ctypes.c_int, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+    lib.fgn_abi_version.restype = c_int
+    lib.fgn_last_error.restype = ctypes.c_char_p
+    lib.fgn_norm_forward.argtypes = [c_int, c_int, c_int, c_i64, c_i64, c_f, c_int,
+                                     c_p, c_p, c_p, c_p, c_p, c_p, c_p, c_p, c_int, c_p]
+    common = [c_int, c_int, c_int, c_i64, c_i64, c_int, c_int] + [c_p] * 9
+    lib.fgn_norm_backward_workspace_bytes.argtypes = common + [c_int,
+                                                               ctypes.POINTER(ctypes.c_size_t)]
+    lib.fgn_norm_backward.argtypes = common + [c_p, ctypes.c_size_t, c_int, c_p]
+    return lib
 
 
 def _forward(lib, **over):
@@ -344,8 +329,8 @@ def _forward(lib, **over):
 
 def test_c_abi_version_and_exports():
     lib = _lib_or_skip()
-    assert lib.fgn_abi_version() == _library.ABI_VERSION
-    out = subprocess.run(["nm", "-D", "--defined-only", _library.library_path()],
+    assert lib.fgn_abi_version() == ABI_VERSION
+    out = subprocess.run(["nm", "-D", "--defined-only", _norm_library_path()],
                          capture_output=True, text=True)
     if out.returncode == 0:
         exported = [line.split()[-1] for line in out.stdout.splitlines()
@@ -378,11 +363,9 @@ def test_c_abi_forward_refuses_bad_arguments(over, message):
     assert text.startswith("[fgn_norm_forward] " + message), text
 
 
-def test_c_abi_errors_become_python_exceptions():
+def test_c_abi_no_rows_needs_no_gpu():
     lib = _lib_or_skip()
-    with pytest.raises(ValueError, match=r"^fusegrad: \[fgn_norm_forward\] x is NULL"):
-        _library.check(_forward(lib, x=None)[0])
-    assert _forward(lib, rows=0, x=None, y=None)[0] == 0  # no rows: nothing to do, no GPU needed
+    assert _forward(lib, rows=0, x=None, y=None)[0] == 0  # no rows: nothing to do, no GPU asked
 
 
 def test_c_abi_backward_refuses_bad_arguments():
