@@ -292,6 +292,23 @@ Backward backward_cuda(const Tensor& grad_y, const optional<Tensor>& grad_h, con
 
 // ---- autograd: norm_forward's derivative is norm_backward ---------------------------------------
 
+// What norm_forward's backward needs besides tensors, packed into one int64 of the context.
+struct Settings {
+    int64_t kind, reduction;
+    bool zero_centered, residual, want_dweight, want_dbias;
+    at::ScalarType param_dtype;
+
+    int64_t pack() const {
+        return kind | reduction << 1 | int64_t(zero_centered) << 3 | int64_t(residual) << 4 |
+               int64_t(want_dweight) << 5 | int64_t(want_dbias) << 6 |
+               int64_t(static_cast<int8_t>(param_dtype)) << 8;
+    }
+    static Settings unpack(int64_t v) {
+        return {v & 1,         v >> 1 & 3,    bool(v >> 3 & 1), bool(v >> 4 & 1),
+                bool(v >> 5 & 1), bool(v >> 6 & 1), static_cast<at::ScalarType>(v >> 8 & 0xff)};
+    }
+};
+
 class NormFunction : public torch::autograd::Function<NormFunction> {
 public:
     static torch::autograd::variable_list forward(
@@ -307,13 +324,12 @@ public:
                                           zero_centered, reduction, save_stats);
         // The backward reads the normalised tensor: h when the residual add was fused.
         ctx->save_for_backward({residual ? h : input, weight.value_or(Tensor()), mean, rstd});
-        ctx->saved_data["kind"] = kind;
-        ctx->saved_data["zero_centered"] = zero_centered;
-        ctx->saved_data["reduction"] = reduction;
-        ctx->saved_data["residual"] = residual.has_value();
-        ctx->saved_data["param_dtype"] = param_dtype(input, weight, bias);
-        ctx->saved_data["want_dweight"] = weight && weight->requires_grad();
-        ctx->saved_data["want_dbias"] = bias && bias->requires_grad();
+        // The settings in one integer (one lookup of the context's map each way).
+        ctx->saved_data["settings"] = Settings{kind, reduction, zero_centered, residual.has_value(),
+                                               weight && weight->requires_grad(),
+                                               bias && bias->requires_grad(),
+                                               param_dtype(input, weight, bias)}
+                                              .pack();
         ctx->mark_non_differentiable({mean, rstd});
         return {y, h, mean, rstd};
     }
@@ -324,10 +340,9 @@ public:
                                        .findSchemaOrThrow("fusegrad::norm_backward", "")
                                        .typed<decltype(backward_cuda)>();
         const auto saved = ctx->get_saved_variables();
-        const bool residual = ctx->saved_data["residual"].toBool();
-        const int64_t kind = ctx->saved_data["kind"].toInt();
-        const bool want_dw = ctx->saved_data["want_dweight"].toBool();
-        const bool want_db = ctx->saved_data["want_dbias"].toBool();
+        const Settings set = Settings::unpack(ctx->saved_data["settings"].toInt());
+        const bool residual = set.residual, want_dw = set.want_dweight, want_db = set.want_dbias;
+        const int64_t kind = set.kind;
         optional<Tensor> grad_h;
         if (residual && grads[1].defined()) grad_h = grads[1].contiguous();
         const Tensor none;
@@ -339,10 +354,13 @@ public:
                     "be differentiated");
         const optional<Tensor> weight =
                 saved[1].defined() ? optional<Tensor>(saved[1]) : std::nullopt;
+        // Below autograd unless a graph of the backward is being built (create_graph), where the
+        // dispatcher's autograd fallback then says that norm_backward has no derivative.
+        std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+        if (!at::GradMode::is_enabled()) below_autograd.emplace();
         auto [dx, dw, db] = op.call(grads[0].contiguous(), grad_h, saved[0], weight, saved[2],
-                                    saved[3], kind, ctx->saved_data["zero_centered"].toBool(),
-                                    ctx->saved_data["reduction"].toInt(),
-                                    ctx->saved_data["param_dtype"].toScalarType(), want_dw,
+                                    saved[3], kind, set.zero_centered, set.reduction,
+                                    set.param_dtype, want_dw,
                                     want_db);
         return {dx, residual ? dx : none, want_dw ? dw : none, want_db ? db : none, none, none,
                 none, none, none};

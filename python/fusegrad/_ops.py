@@ -26,13 +26,20 @@ def _shape(t):
     return str(tuple(t.shape))
 
 
+# The operators' overloads, looked up once (None when the library did not load).
+_forward = torch.ops.fusegrad.norm_forward.default if _library.status()[0] else None
+_backward = torch.ops.fusegrad.norm_backward.default if _library.status()[0] else None
+
+
 def norm_forward(*args):
     """torch.ops.fusegrad.norm_forward (above); LibraryError when the library did not load."""
-    _library.check_loaded()
-    return torch.ops.fusegrad.norm_forward(*args)
+    if _forward is None:
+        _library.check_loaded()
+    return _forward(*args)
 
 
 def norm_backward(*args):
     """torch.ops.fusegrad.norm_backward (above); LibraryError when the library did not load."""
-    _library.check_loaded()
-    return torch.ops.fusegrad.norm_backward(*args)
+    if _backward is None:
+        _library.check_loaded()
+    return _backward(*args)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from . import _ops
-from .functional import layer_norm, rms_norm
+from .functional import _RMS_DEFAULT_EPS, layer_norm, rms_norm
 
 
 def _as_shape(normalized_shape):
@@ -62,6 +62,22 @@ class _Norm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, input, residual=None):
+        # The common case straight to the operator, which checks the tensors: contiguous rows of
+        # the one normalised dimension. Anything else takes functional.py's shape handling.
+        code = _ops.REDUCTIONS.get(self.reduction)
+        if (len(self.normalized_shape) == 1 and isinstance(input, torch.Tensor) and
+                input.dim() >= 1 and input.shape[-1] == self.normalized_shape[0] and
+                input.is_contiguous() and code is not None and
+                (residual is None or (isinstance(residual, torch.Tensor) and
+                                      residual.is_contiguous()))):
+            w, b = self.weight, self.bias
+            save_stats = torch.is_grad_enabled() and (
+                input.requires_grad or (residual is not None and residual.requires_grad) or
+                (w is not None and w.requires_grad) or (b is not None and b.requires_grad))
+            eps = self.eps if self.eps is not None else _RMS_DEFAULT_EPS
+            y, h, _, _ = _ops.norm_forward(input, residual, w, b, self._kind, float(eps),
+                                           bool(self.zero_centered), code, save_stats)
+            return y if residual is None else (y, h)
         fn = rms_norm if self._kind == _ops.RMS else layer_norm
         return fn(input, self.weight, self.bias, self.eps, residual, self.zero_centered,
                   normalized_shape=self.normalized_shape, reduction=self.reduction)
