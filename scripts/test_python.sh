@@ -8,7 +8,7 @@
 # Without a GPU the `gpu` tests are skipped and the rest run: import, the errors users meet, shapes
 # through the fake implementations, opcheck and torch.compile on meta tensors, the C ABI's
 # argument checks.
-# PyTorch (>= 2.4 with its C++ headers; Debian's 1.13 is too old) and pytest come from
+# PyTorch (>= 2.4 with its C++ headers; Debian's 1.13 is too old), transformers and pytest come from
 # $FUSEGRAD_TEST_PYTHON when set, else from the virtual environment build/pyenv, made here with
 # pip on the first run (PyPI's torch 2.11 wheel and the CUDA libraries it depends on: about 5 GB
 # and a minute; later runs in the same checkout reuse it). If pip cannot install them, the tests
@@ -18,15 +18,16 @@ cd "$(dirname "$0")/.."
 build=${1:-build/cuda}
 venv=build/pyenv
 torch_version=2.11.0
+transformers_version=4.46.3  # fusegrad.patch's tests build tiny Llama and GPT-2 models with it
 py=${FUSEGRAD_TEST_PYTHON:-}
 if [ -z "$py" ]; then
     py=$venv/bin/python
-    if ! "$py" -c "import numpy, pytest, torch; assert torch.__version__.startswith('$torch_version')" \
-        >/dev/null 2>&1; then
-        echo "installing torch==$torch_version and pytest into $venv (pip)"
+    if ! "$py" -c "import numpy, pytest, torch, transformers
+assert torch.__version__.startswith('$torch_version')" >/dev/null 2>&1; then
+        echo "installing torch==$torch_version, transformers and pytest into $venv (pip)"
         if ! { python3 -m venv "$venv" &&
                "$py" -m pip install -q --disable-pip-version-check "torch==$torch_version" \
-                   pytest numpy; }; then
+                   "transformers==$transformers_version" pytest numpy; }; then
             echo "warning: could not install PyTorch and pytest with pip: the PyTorch package's" \
                  "tests did not run" >&2
             exit 0

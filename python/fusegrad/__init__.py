@@ -7,6 +7,7 @@ PyTorch's dispatcher in C++).
     y = norm(x)                                     # x: (..., 768), CUDA, f32 / bf16 / f16
     y, h = fusegrad.rms_norm(x, w, residual=r)      # fused residual add: h = x + r, y = norm(h)
     fusegrad.replace_norms(model)                   # swap a model's nn.LayerNorm / nn.RMSNorm
+    fusegrad.patch(model)                           # nanoGPT / Llama / GPT-2 norms, fused adds
 
 Importing needs PyTorch (2.4 or newer) but no GPU. It loads the ops' library (libfusegrad_torch.so,
 built by `pip install --no-build-isolation .` against the installed PyTorch); a missing or broken
@@ -24,10 +25,12 @@ from ._library import LibraryError, library_path  # noqa: E402,F401
 from ._ops import norm_backward, norm_forward  # noqa: E402,F401
 from .functional import layer_norm, rms_norm  # noqa: E402,F401
 from .modules import LayerNorm, RMSNorm, replace_norms  # noqa: E402,F401
+from .patch import patch  # noqa: E402,F401
 
 __version__ = "0.1.0"
 
-__all__ = ["rms_norm", "layer_norm", "RMSNorm", "LayerNorm", "replace_norms", "is_available",
+__all__ = ["rms_norm", "layer_norm", "RMSNorm", "LayerNorm", "replace_norms", "patch",
+           "is_available",
            "library_path", "LibraryError"]
 
 

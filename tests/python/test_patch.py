@@ -1,0 +1,105 @@
+"""tests/python/test_patch.py: fusegrad.patch on the models of models.py. Without a GPU (CI): which
+norms it swaps (and that they keep their Parameter objects and state_dict keys), which blocks
+fuse a residual add, what it leaves alone, and a forward + backward of every patched model on meta
+tensors. With a GPU (marked `gpu`): logits and every parameter's gradient of the patched model
+against the same model unpatched, in float32 (relative error, norm-wise, within 1e-5 for the
+logits and 1e-4 for the gradients: the same math in another order of rounding) and under bf16
+autocast (within 2e-2 and 5e-2: bf16 matmuls on either side, whose roundings the fused add
+moves).
+"""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import fusegrad
+import models
+
+META = "meta"
+BUILDERS = {"nanogpt": models.nanogpt_style, "llama": models.llama, "gpt2": models.gpt2}
+# norms swapped, blocks fused: nanoGPT-style 2 blocks x 2 + ln_f; Llama 2 x 2 + final norm;
+# GPT-2 2 x 2 + ln_f.
+EXPECTED = {"nanogpt": (5, 2), "llama": (5, 0), "gpt2": (5, 0)}
+
+
+def build(name, device):
+    if name != "nanogpt":
+        pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    return BUILDERS[name](device)
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_patch_swaps_norms_and_keeps_parameters(name):
+    model, vocab = build(name, META)
+    params = dict(model.named_parameters())
+    keys = list(model.state_dict().keys())
+    counts = fusegrad.patch(model)
+    assert (counts["norms"], counts["fused_blocks"]) == EXPECTED[name]
+    assert list(model.state_dict().keys()) == keys
+    for k, p in model.named_parameters():
+        assert p is params[k], k  # the same Parameter objects: an optimizer keeps working
+    swapped = [m for m in model.modules() if isinstance(m, (fusegrad.LayerNorm, fusegrad.RMSNorm))]
+    assert len(swapped) == EXPECTED[name][0]
+    assert fusegrad.patch(model) == {"norms": 0, "fused_blocks": 0}  # nothing left to patch
+    if name == "llama":
+        return  # its rotary embedding opens an autocast region for the device type: none for meta
+    idx = torch.randint(vocab, (2, 16), device=META)
+    out = models.logits(model, idx)
+    assert out.shape == (2, 16, vocab)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_patch_without_fusing_and_what_it_leaves_alone():
+    model, _ = build("nanogpt", META)
+    assert fusegrad.patch(model, fuse_residual=False) == {"norms": 5, "fused_blocks": 0}
+    assert "forward" not in vars(model.h[0])
+
+    class OtherBlock(models.Block):  # the same parts, another forward: not fused
+        def forward(self, x):
+            return x + self.mlp(self.ln_2(x + self.attn(self.ln_1(x))))
+
+    class OtherNorm(models.LayerNorm):  # a look-alike with another eps: not swapped
+        def forward(self, input):
+            return torch.nn.functional.layer_norm(input, self.weight.shape, self.weight,
+                                                  self.bias, 1e-6)
+
+    block = OtherBlock(32, 4, True)
+    norm = OtherNorm(32, True)
+    holder = nn.ModuleList([block, norm])
+    counts = fusegrad.patch(holder)
+    assert counts == {"norms": 2, "fused_blocks": 0}  # the block's own two norms only
+    assert holder[1] is norm and "forward" not in vars(block)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_patched_model_matches_unpatched(name, precision):
+    ref, vocab = build(name, "cuda")
+    ref.train()
+    model = copy.deepcopy(ref)
+    counts = fusegrad.patch(model)
+    assert counts["norms"] == EXPECTED[name][0]
+    torch.manual_seed(1)
+    idx = torch.randint(vocab, (4, 32), device="cuda")
+    target = torch.randint(vocab, (4, 32), device="cuda")
+    results = []
+    for m in (ref, model):
+        m.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16"):
+            out = models.logits(m, idx)
+            loss = nn.functional.cross_entropy(out.float().flatten(0, 1), target.flatten())
+        loss.backward()
+        results.append((out.float(), {k: p.grad.float() for k, p in m.named_parameters()}))
+    (ref_out, ref_grads), (out, grads) = results
+    tol_out, tol_grad = (1e-5, 1e-4) if precision == "fp32" else (2e-2, 5e-2)
+
+    def rel(a, b):
+        return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
+
+    assert rel(out, ref_out) <= tol_out
+    for k, g in ref_grads.items():
+        assert rel(grads[k], g) <= tol_grad, k
