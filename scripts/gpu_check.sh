@@ -3,7 +3,7 @@
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
 #   scripts/gpu_check.sh [tests|bench|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|gpt2text|
-#                         breakdown|norm-profile|nanogpt|ddp|phases|python|overhead|all]...
+#                         breakdown|norm-profile|nanogpt|ddp|phases|python|models|overhead|all]...
 #   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
 #   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
 #   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
@@ -13,6 +13,8 @@
 #   norm-profile: Nsight Compute on the tuned norm kernels at 16384 x 384 and 768 (see the step).
 #   ladder: bench_norm --kernel ladder (LADDER_FLAGS: more of its flags, e.g. --dtype bf16).
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
+#   models: bench/norm_torch_models.py (NANOGPT_DIR; LIGER_SRC for Liger's column): nanoGPT's
+#   baby GPT, transformers' Llama and GPT-2 small, as written / fusegrad.patch / Liger's norms.
 #   overhead: bench/norm_torch_overhead.py with a host profile (LIGER_SRC: Liger-Kernel's src/
 #   folder, carried, to time its modules beside).
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
@@ -347,6 +349,18 @@ PY
             FUSEGRAD_TEST_PYTHON=${FUSEGRAD_TEST_PYTHON:-python3} FUSEGRAD_REQUIRE_GPU=1 \
                 bash scripts/test_python.sh build-gpu > "$out/python.log" 2>&1 || status=1
             tail -1 "$out/python.log"
+            ;;&
+        models)
+            # Real models' training step as written, with fusegrad.patch and with Liger's norms.
+            if [ -z "${NANOGPT_DIR:-}" ]; then
+                echo "models: set NANOGPT_DIR to a nanoGPT checkout"; status=1
+            else
+                FUSEGRAD_TORCH_LIBRARY=$PWD/build-gpu/capi/libfusegrad_torch.so \
+                PYTHONPATH=$PWD/python python3 bench/norm_torch_models.py --nanogpt "$NANOGPT_DIR" \
+                    ${LIGER_SRC:+--liger "$LIGER_SRC"} --json "$out/models.json" \
+                    > "$out/models.log" 2>&1 || status=1
+                sed -n '/^| model/,$p' "$out/models.log"
+            fi
             ;;&
         overhead)
             # Host against GPU time of the norms called from PyTorch, and a profile of the host.

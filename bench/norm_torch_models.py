@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""bench/norm_torch_models.py: the training step of real PyTorch models as written, with
+fusegrad's norms (fusegrad.patch) and with Liger-Kernel's, eager and under torch.compile, in one
+process (one GPU call): does swapping the norms make the model faster?
+
+Models (random initialisation, random tokens):
+  baby   nanoGPT's own model.py (a carried checkout, --nanogpt), its baby GPT: 6 layers, 6 heads,
+         384 channels, 256 tokens, vocabulary 65, dropout 0.2, no biases; 64 x 256 tokens a step
+  llama  transformers' LlamaForCausalLM: 8 layers, hidden 1024, 16 heads, MLP 2816, vocabulary
+         32000; 8 x 1024 tokens a step
+  gpt2   transformers' GPT2LMHeadModel, GPT-2 small (12 x 768, vocabulary 50257), no dropout;
+         16 x 1024 tokens a step
+Variants: "torch" (as written), "fusegrad" (fusegrad.patch: the norms, and nanoGPT's blocks'
+first residual add fused), "liger" (Liger-Kernel's norm modules in place of the models' norms,
+sharing their weights: LigerRMSNorm for Llama's, LigerLayerNorm for the others; --liger names its
+src/ folder, carried, never committed).
+The step: bf16 autocast, fused AdamW (lr 6e-4, betas 0.9 / 0.95, weight decay 0.1 on the 2-D
+weights, as nanoGPT's configure_optimizers), clip 1.0, the loss read every step (as nanoGPT's
+train.py logs it); the median step time after --warmup steps (compilation left out) and the peak
+memory PyTorch allocated. Every variant starts from the same weights and sees the same batches;
+the last loss is printed so that a variant computing something else shows.
+
+usage: norm_torch_models.py --nanogpt DIR [--liger DIR] [--models baby,llama,gpt2]
+                            [--modes eager,compile] [--steps 40] [--warmup 15] [--json OUT]
+"""
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+
+def build(name, nanogpt):
+    torch.manual_seed(0)
+    if name == "baby":
+        sys.path.insert(0, nanogpt)
+        from model import GPT, GPTConfig  # noqa: E402  (nanoGPT's own)
+        model = GPT(GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65,
+                              dropout=0.2, bias=False))
+        return model, 64, 256, 65
+    if name == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        config = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                             num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
+                             max_position_embeddings=1024)
+        return LlamaForCausalLM(config), 8, 1024, 32000
+    from transformers import GPT2Config, GPT2LMHeadModel
+    config = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return GPT2LMHeadModel(config), 16, 1024, 50257
+
+
+def use_liger(model):
+    """Liger-Kernel's norm modules in place of the model's norms, with the same weights (what its
+    apply_liger_kernel_to_llama(rms_norm=True) does to Llama's, without its version pins on
+    transformers): LigerRMSNorm (Llama's casting) for LlamaRMSNorm, LigerLayerNorm for nanoGPT's
+    and torch.nn's LayerNorm (a zero bias where the model has none: Liger's always has one)."""
+    from liger_kernel.transformers.layer_norm import LigerLayerNorm
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            kind, n = type(child).__name__, getattr(getattr(child, "weight", None), "shape", [0])[0]
+            if kind == "LlamaRMSNorm":
+                new = LigerRMSNorm(n, eps=child.variance_epsilon)
+            elif kind == "LayerNorm":
+                new = LigerLayerNorm(n, eps=getattr(child, "eps", 1e-5), bias=False)
+                if getattr(child, "bias", None) is not None:
+                    new.bias = child.bias
+            else:
+                continue
+            new.weight = child.weight
+            setattr(parent, child_name, new)
+
+
+def optimizer_for(model):
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": rest, "weight_decay": 0.0}],
+                             lr=6e-4, betas=(0.9, 0.95), fused=True)
+
+
+def loss_of(model, name, x, y):
+    if name == "baby":
+        return model(x, y)[1]
+    return model(input_ids=x, labels=y).loss
+
+
+def run(name, variant, mode, args, base):
+    model = copy.deepcopy(base).cuda().train()
+    if variant == "fusegrad":
+        import fusegrad
+        fusegrad.patch(model)
+    elif variant == "liger":
+        use_liger(model)
+    opt = optimizer_for(model)
+    step_model = torch.compile(model) if mode == "compile" else model
+    _, batch, t, vocab = args.shapes[name]
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    times = []
+    torch.cuda.reset_peak_memory_stats()
+    for i in range(args.warmup + args.steps):
+        x = torch.randint(vocab, (batch, t), device="cuda", generator=gen)
+        y = torch.randint(vocab, (batch, t), device="cuda", generator=gen)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast("cuda", torch.bfloat16):
+            loss = loss_of(step_model, name, x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        last = loss.item()  # as train.py's log line: the step's time includes the host's
+        if i >= args.warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    return {"model": name, "variant": variant, "mode": mode, "ms": statistics.median(times),
+            "peak_mib": torch.cuda.max_memory_allocated() / 2**20, "last_loss": last}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nanogpt", required=True, help="a nanoGPT checkout (its model.py)")
+    ap.add_argument("--liger", default=None, help="Liger-Kernel's src/ folder")
+    ap.add_argument("--models", default="baby,llama,gpt2")
+    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=15)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    if args.liger:
+        sys.path.insert(0, args.liger)
+    variants = ["torch", "fusegrad"] + (["liger"] if args.liger else [])
+    torch.backends.cuda.matmul.allow_tf32 = True
+    print("%s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__), flush=True)
+    rows, args.shapes = [], {}
+    for name in args.models.split(","):
+        built = build(name, args.nanogpt)
+        args.shapes[name] = built
+        for mode in args.modes.split(","):
+            for variant in variants:
+                torch._dynamo.reset()
+                try:
+                    r = run(name, variant, mode, args, built[0])
+                except Exception as e:  # say what failed and go on
+                    r = {"model": name, "variant": variant, "mode": mode,
+                         "error": str(e).splitlines()[0][:200]}
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    print("\n| model | mode | as written ms | fusegrad ms (x) | Liger ms (x) | peak MiB: written / "
+          "fusegrad / Liger |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in args.models.split(","):
+        for mode in args.modes.split(","):
+            got = {r["variant"]: r for r in rows if r["model"] == name and r["mode"] == mode}
+            base = got.get("torch", {}).get("ms")
+
+            def cell(v):
+                r = got.get(v)
+                if r is None or "ms" not in r:
+                    return "-" if r is None else "error"
+                return "%.2f (%.2fx)" % (r["ms"], r["ms"] / base) if base else "%.2f" % r["ms"]
+            peaks = " / ".join("%.0f" % got[v]["peak_mib"] if "peak_mib" in got.get(v, {}) else "-"
+                               for v in ("torch", "fusegrad", "liger"))
+            print("| %s | %s | %s | %s | %s | %s |" % (
+                name, mode, "%.2f" % base if base else "error", cell("fusegrad"), cell("liger"),
+                peaks))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
