@@ -128,9 +128,9 @@ TEST_CASE("more trainer bad inputs", "[trainer][errors]") {
     fs::remove("/tmp/fg_run_opt/vocab.txt");
     REQUIRE_THROWS_WITH(load_run("/tmp/fg_run_opt", false, Device::cpu),
                         ContainsSubstring("[load] '/tmp/fg_run_opt' has no vocab.txt"));
-    REQUIRE_THROWS_WITH(write_loss_curve("/nonexistent/metrics.jsonl", "/tmp/x.svg", "t"),
+    REQUIRE_THROWS_WITH(write_loss_curves({{"", "/nonexistent/metrics.jsonl"}}, "/tmp/x.svg", "t"),
                         ContainsSubstring("[plot] cannot read '/nonexistent/metrics.jsonl'"));
-    REQUIRE_THROWS_WITH(write_loss_curve("/tmp/fg_run_opt/metrics.jsonl", "/nonexistent/d/c.svg", "t"),
+    REQUIRE_THROWS_WITH(write_loss_curves({{"", "/tmp/fg_run_opt/metrics.jsonl"}}, "/nonexistent/d/c.svg", "t"),
                         ContainsSubstring("[plot] cannot create a temporary file beside '/nonexistent/d/c.svg'"));
 }
 
@@ -152,7 +152,12 @@ TEST_CASE("progress bar, MFU peak table and FLOP count", "[trainer]") {
     CHECK(peak_tflops("Some Future GPU", Precision::bf16) == 0.0);
 
     // 6 per weight plus 12 L C T: the baby GPT (10.65M weights without wpe) at T = 256.
-    CHECK(gpt_flops_per_token(1000, 2, 8, 4) == 6.0 * 1000 + 12.0 * 2 * 8 * 4);
+    CHECK(gpt_flops_per_token(1000, 2, 8, 4, 12) == 6.0 * 1000 + 12.0 * 2 * 8 * 4);
+    // GPT-2 small (124,475,904 weights with the padded vocabulary, 1024 tokens): llm.c's count is
+    // 803.5 MFLOP a token (6N + 6LCT); PaLM's, without the position embedding, 855.4.
+    CHECK(gpt_flops_per_token(124475904, 12, 768, 1024, 6) == Approx(803.5e6).epsilon(1e-4));
+    CHECK(gpt_flops_per_token(124475904 - 1024 * 768, 12, 768, 1024, 12) ==
+          Approx(855.4e6).epsilon(1e-4));
 
     // A run logs its step figures to metrics.jsonl; MFU and memory only on a GPU.
     fs::remove_all("/tmp/fg_run_metrics");

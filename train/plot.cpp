@@ -155,9 +155,4 @@ void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::stri
     write_file_durably(svg_path, svg.str(), "plot");  // a failed write leaves no .tmp behind
 }
 
-void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_path,
-                      const std::string& title) {
-    write_loss_curves({{"", metrics_jsonl}}, svg_path, title);
-}
-
 }  // namespace fg

@@ -20,8 +20,5 @@ struct LossCurveSource {
 // closely at the end of training; 0 fits the axis to the data.
 void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::string& svg_path,
                        const std::string& title, double y_max = 0.0);
-// One run.
-void write_loss_curve(const std::string& metrics_jsonl, const std::string& svg_path,
-                      const std::string& title);
 
 }  // namespace fg

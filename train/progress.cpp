@@ -49,9 +49,9 @@ double peak_tflops(const std::string& gpu_name, Precision precision) {
 }
 
 double gpt_flops_per_token(std::int64_t weights, std::int64_t n_layer, std::int64_t n_embd,
-                           std::int64_t seq) {
-    return 6.0 * static_cast<double>(weights) +
-           12.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(seq);
+                           std::int64_t seq, double attention) {
+    return 6.0 * static_cast<double>(weights) + attention * static_cast<double>(n_layer) *
+                                                    static_cast<double>(n_embd * seq);
 }
 
 }  // namespace fg

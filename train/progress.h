@@ -19,11 +19,12 @@ std::string progress_line(std::int64_t step, std::int64_t total, double loss, do
 // not in the table.
 double peak_tflops(const std::string& gpu_name, Precision precision);
 
-// Training FLOPs per token of a GPT (forward + backward): 6 per weight that multiplies the
-// token's activations, plus 12 * n_layer * n_embd * seq for the attention scores and the
-// weighted sum (QK^T and AV, 2 FLOPs per multiply-add, times 3 for forward + backward).
-// `weights` counts every parameter except the position embedding (a lookup, no FLOPs).
+// Training FLOPs per token of a GPT (forward + backward): 6 per weight, plus `attention` *
+// n_layer * n_embd * seq for the attention scores and the weighted sum. Two counts are in use:
+// PaLM's (nanoGPT's estimate_mfu): attention 12 (QK^T and AV, 2 FLOPs per multiply-add, times 3
+// for forward + backward), the weights without the position embedding (a lookup, no FLOPs);
+// llm.c's: attention 6 (causal: half the scores), every weight.
 double gpt_flops_per_token(std::int64_t weights, std::int64_t n_layer, std::int64_t n_embd,
-                           std::int64_t seq);
+                           std::int64_t seq, double attention);
 
 }  // namespace fg

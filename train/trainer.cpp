@@ -104,8 +104,10 @@ Trainer::Trainer(const Config& config, std::ostream& log, bool resuming, std::un
     default_generator().set_state(static_cast<std::uint64_t>(c.train.seed) + 2, 0);  // dropout
     // Ranks draw their rows' share of each dropout mask: one process's masks (core/random.h).
     default_generator().set_shard(wing_->rank(), wing_->world_size());
-    flops_per_token_ = gpt_flops_per_token(model_->num_parameters() - model_->wpe.weight.numel(),
-                                           c.model.n_layer, c.model.n_embd, data_->sequence_length());
+    const std::int64_t weights = model_->num_parameters(), seq = data_->sequence_length();
+    flops_per_token_ = {gpt_flops_per_token(weights - model_->wpe.weight.numel(), c.model.n_layer,
+                                            c.model.n_embd, seq, 12),  // PaLM's count
+                        gpt_flops_per_token(weights, c.model.n_layer, c.model.n_embd, seq, 6)};
     if (device_ == Device::cuda)
         peak_tflops_ = peak_tflops(cuda_backend("train").device_info().name, c.train.precision);
 
@@ -487,11 +489,11 @@ void Trainer::report_step(std::int64_t step, double loss, double lr, double norm
     const std::int64_t print_every = std::max<std::int64_t>(1, c.train.eval_interval / 5);
     const double tps = tokens_per_step / (ms / 1000.0);
     ms_average_ = ms_average_ == 0.0 ? ms : 0.9 * ms_average_ + 0.1 * ms;
-    // MFU: achieved model FLOP/s over the GPU's dense peak (absent on CPU or an unknown GPU).
-    // With several ranks, tps is all of them together: each GPU's share.
-    const double mfu = peak_tflops_ > 0 ? flops_per_token_ * tps / wing_->world_size() /
-                                              (peak_tflops_ * 1e12)
-                                        : -1.0;
+    // MFU: achieved model FLOP/s over the GPU's dense peak (absent on CPU or an unknown GPU), by
+    // PaLM's count and by llm.c's. With several ranks, tps is all of them: each GPU's share.
+    double mfu[2] = {-1.0, -1.0};
+    for (int k = 0; k < 2 && peak_tflops_ > 0; ++k)
+        mfu[k] = flops_per_token_[k] * tps / wing_->world_size() / (peak_tflops_ * 1e12);
     const double peak_mib =
         device_ == Device::cuda
             ? memory_stats(Device::cuda).peak_bytes_in_use / (1024.0 * 1024.0) : -1.0;
@@ -503,7 +505,8 @@ void Trainer::report_step(std::int64_t step, double loss, double lr, double norm
     // Tokens per second as a whole number (null for a step too short for the clock).
     line["tokens_per_s"] = std::isfinite(tps) ? nlohmann::ordered_json(std::llround(tps))
                                               : nlohmann::ordered_json();
-    if (mfu >= 0) line["mfu"] = rounded(mfu, "%.4f");
+    if (mfu[0] >= 0)
+        line["mfu"] = rounded(mfu[0], "%.4f"), line["mfu_6lct"] = rounded(mfu[1], "%.4f");
     if (peak_mib >= 0) line["peak_mem_mib"] = rounded(peak_mib, "%.1f");
     log_metrics(line.dump());
     if (step % print_every == 0 || step == 1) {
@@ -511,7 +514,9 @@ void Trainer::report_step(std::int64_t step, double loss, double lr, double norm
              << "  loss " << fmt("%.4f", loss) << "  lr " << fmt("%.2e", lr) << "  |g| "
              << fmt("%.3f", norm) << "  " << fmt("%.1f", ms) << " ms/step  " << fmt("%.0f", tps)
              << " tok/s";
-        if (mfu >= 0) log_ << "  MFU " << fmt("%.1f", 100 * mfu) << "%";
+        if (mfu[0] >= 0)
+            log_ << "  MFU " << fmt("%.1f", 100 * mfu[0]) << "% (6LCT "
+                 << fmt("%.1f", 100 * mfu[1]) << "%)";
         if (peak_mib >= 0) log_ << "  peak " << fmt("%.0f", peak_mib) << " MiB";
         log_ << "\n" << std::flush;
     }
@@ -613,8 +618,8 @@ void Trainer::run(std::int64_t stop_at) {
     wing_->run_end(log_, step_);
     if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
     if (writer())
-        write_loss_curve((fs::path(dir_) / "metrics.jsonl").string(),
-                         (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
+        write_loss_curves({{"", (fs::path(dir_) / "metrics.jsonl").string()}},
+                          (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
     if (should_stop()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
 }
 

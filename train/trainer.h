@@ -9,7 +9,8 @@
 // train/checkpoint.h), model.safetensors (the latest weights, nanoGPT's names),
 // best.safetensors (the weights of the best validation loss so far), metrics.jsonl (one JSON
 // object a line, keys in this order: per step step, loss, lr, grad_norm, ms, tokens_per_s, then
-// mfu (on a GPU of known peak) and peak_mem_mib (on a GPU); per evaluation step, train_loss,
+// mfu and mfu_6lct (on a GPU of known peak: PaLM's count and llm.c's, progress.h) and
+// peak_mem_mib (on a GPU); per evaluation step, train_loss,
 // val_loss, then accuracy (addition); numbers rounded to a few places, a non-finite one written
 // as null) and loss_curve.svg (train and validation loss against steps).
 //
@@ -18,6 +19,7 @@
 // losses as an uninterrupted one.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <iosfwd>
@@ -104,7 +106,7 @@ private:
     std::vector<double> losses_;
     bool progress_bar_ = false;
     double peak_tflops_ = 0.0;      // of this GPU for this config's matmul precision; 0: unknown
-    double flops_per_token_ = 0.0;  // training FLOPs per token of this model
+    std::array<double, 2> flops_per_token_{};  // training FLOPs a token: PaLM's count, llm.c's
     // After model_ and opt_, so destroyed before them (as the ranks' exchange was before it
     // moved to the wing): its exchange holds the parameters' gradients, and is stopped before
     // they go. (ZeRO-1's optimizer holds the exchange too; its destructor does not touch it.)
