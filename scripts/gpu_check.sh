@@ -2,7 +2,7 @@
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
 # configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
 # under $OUT (or ./gpu-out). Usage:
-#   scripts/gpu_check.sh [tests|bench|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|gpt2text|
+#   scripts/gpu_check.sh [tests|bench|gemm|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|gpt2text|
 #                         breakdown|norm-profile|nanogpt|ddp|phases|python|models|overhead|all]...
 #   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
 #   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
@@ -94,6 +94,11 @@ for step in $what; do
             ;;&
         bench|all)
             build-gpu/bench/bench_core --json "$out/bench_core.json" > "$out/bench_core.log" 2>&1 || status=1
+            ;;&
+        gemm)
+            # GPT-2 small's linear layers alone through cuBLASLt: the step's GEMM-only ceiling
+            # (GEMM_FLAGS, e.g. "--step-ms 32.3 --step-ms 120.6" to compare with measured steps).
+            build-gpu/bench/bench_gemm ${GEMM_FLAGS:-} 2>&1 | tee "$out/bench_gemm.log" || status=1
             ;;&
         attention)
             build-gpu/bench/bench_attention --json "$out/bench_attention.json" 2>&1 \

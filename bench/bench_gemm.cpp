@@ -1,0 +1,217 @@
+// bench/bench_gemm.cpp: the GEMM-only ceiling of a GPT-2 small training step: every matrix product
+// of the step's linear layers (forward, input gradient, weight gradient) run alone through
+// cuBLASLt (its heuristic's first algorithm, a 32 MiB workspace, bf16 inputs, fp32 accumulation;
+// bf16 outputs, fp32 for the weight gradients as fusegrad keeps them), timed one by one (CUDA
+// events, the median of 20, L2 flushed), then summed with each product's count in a step. The
+// attention's own products (QK^T, AV) run inside the fused attention kernel and are not counted.
+// What the step costs beyond this sum is everything else: attention, norms, GELU, the loss,
+// AdamW, and what the products lose inside the step.
+//
+// Per layer (12): qkv 768 -> 2304, the attention's projection 768 -> 768, fc 768 -> 3072 and the
+// MLP's projection 3072 -> 768; then the head 768 -> 50304. A linear of N outputs and K inputs
+// over M tokens is three products, row-major as kernels/matmul.h writes them:
+//   forward      y (M, N)  = x (M, K) @ w (N, K)^T
+//   input grad   dx (M, K) = dy (M, N) @ w (N, K)
+//   weight grad  dw (N, K) = dy (M, N)^T @ x (M, K)
+// Before timing, each product's layout is checked at a small size against kernels::gemm (cuBLAS).
+//
+// usage: bench_gemm [--tokens M ...] [--step-ms MS ...]   (default M = 16384 and 65536, GPT-2's
+// 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per M to compare with)
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "kernels/matmul.h"
+
+using namespace fg;
+
+namespace {
+
+void check_lt(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error(std::string("cuBLASLt: ") + what + " failed with status " +
+                                 std::to_string(static_cast<int>(s)));
+}
+
+// One row-major product C (m, n) = op(A) (m, k) @ op(B) (k, n) through cuBLASLt, planned once:
+// column-major, that is C^T = op(B)^T op(A)^T, so B is cuBLASLt's first operand.
+class LtProduct {
+public:
+    LtProduct(cublasLtHandle_t lt, bool trans_a, bool trans_b, long long m, long long n,
+              long long k, cudaDataType_t c_type, void* workspace, std::size_t workspace_bytes)
+        : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+        check_lt(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+        const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+        const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        check_lt(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_b,
+                                                sizeof op_b), "transa");
+        check_lt(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_a,
+                                                sizeof op_a), "transb");
+        // Stored shapes, column-major: B is (n, k) read as is, or (k, n) transposed; A likewise.
+        check_lt(trans_b ? cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, k, n, k)
+                         : cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, n, k, n), "layout b");
+        check_lt(trans_a ? cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, m, k, m)
+                         : cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, k, m, k), "layout a");
+        check_lt(cublasLtMatrixLayoutCreate(&c_, c_type, n, m, n), "layout c");
+        cublasLtMatmulPreference_t pref;
+        check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+        check_lt(cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                     sizeof workspace_bytes_), "workspace");
+        int found = 0;
+        check_lt(cublasLtMatmulAlgoGetHeuristic(lt_, desc_, b_, a_, c_, c_, pref, 1, &heuristic_,
+                                                &found), "heuristic");
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (found == 0) throw std::runtime_error("cuBLASLt offers no algorithm for this product");
+    }
+    ~LtProduct() {
+        cublasLtMatrixLayoutDestroy(a_);
+        cublasLtMatrixLayoutDestroy(b_);
+        cublasLtMatrixLayoutDestroy(c_);
+        cublasLtMatmulDescDestroy(desc_);
+    }
+    LtProduct(const LtProduct&) = delete;
+    LtProduct& operator=(const LtProduct&) = delete;
+
+    void run(const void* a, const void* b, void* c) const {
+        const float one = 1.0f, zero = 0.0f;
+        check_lt(cublasLtMatmul(lt_, desc_, &one, b, b_, a, a_, &zero, c, c_, c, c_,
+                                &heuristic_.algo, workspace_, workspace_bytes_, kernels::stream()),
+                 "matmul");
+    }
+
+private:
+    cublasLtHandle_t lt_;
+    void* workspace_;
+    std::size_t workspace_bytes_;
+    cublasLtMatmulDesc_t desc_{};
+    cublasLtMatrixLayout_t a_{}, b_{}, c_{};
+    cublasLtMatmulHeuristicResult_t heuristic_{};
+};
+
+struct Product {
+    const char* layer;
+    const char* pass;
+    bool trans_a, trans_b;
+    long long m, n, k;
+    bool f32_out;  // the weight gradient
+    int count;     // how many a step makes
+};
+
+// The three products of a linear of n_out outputs, n_in inputs, over `tokens`, `count` a step.
+void linear(std::vector<Product>& out, const char* layer, long long tokens, long long n_out,
+            long long n_in, int count) {
+    out.push_back({layer, "forward", false, true, tokens, n_out, n_in, false, count});
+    out.push_back({layer, "input grad", false, false, tokens, n_in, n_out, false, count});
+    out.push_back({layer, "weight grad", true, false, n_out, n_in, tokens, true, count});
+}
+
+Tensor bf16_randn(long long rows, long long cols) {
+    return randn({rows, cols}, Device::cuda).to(DType::bf16);
+}
+
+// The product's layout against kernels::gemm at m = min(m, 256) (and k likewise for the weight
+// gradient): the largest difference relative to the largest value of the reference.
+double layout_error(cublasLtHandle_t lt, const Product& p, void* ws, std::size_t ws_bytes) {
+    const long long m = std::min(p.m, 256LL), n = p.n, k = p.trans_a ? std::min(p.k, 256LL) : p.k;
+    const Tensor a = p.trans_a ? bf16_randn(k, m) : bf16_randn(m, k);
+    const Tensor b = p.trans_b ? bf16_randn(n, k) : bf16_randn(k, n);
+    const DType c_type = p.f32_out ? DType::f32 : DType::bf16;
+    Tensor c = Tensor::empty({m, n}, c_type, Device::cuda);
+    Tensor ref = Tensor::empty({m, n}, c_type, Device::cuda);
+    LtProduct product(lt, p.trans_a, p.trans_b, m, n, k, p.f32_out ? CUDA_R_32F : CUDA_R_16BF, ws,
+                      ws_bytes);
+    product.run(a.raw_data(), b.raw_data(), c.raw_data());
+    using kernels::ScalarType;
+    kernels::gemm(ScalarType::bf16, p.f32_out ? ScalarType::f32 : ScalarType::bf16, p.trans_a,
+                  p.trans_b, m, n, k, 1.0f, a.raw_data(), 0, b.raw_data(), 0, 0.0f,
+                  ref.raw_data(), 0, 1, false);
+    const std::vector<float> got = c.to(DType::f32).to_vector<float>();
+    const std::vector<float> want = ref.to(DType::f32).to_vector<float>();
+    double diff = 0.0, scale = 0.0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        diff = std::max(diff, (double)std::fabs(got[i] - want[i]));
+        scale = std::max(scale, (double)std::fabs(want[i]));
+    }
+    return diff / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<long long> token_counts;
+    std::vector<double> step_ms;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--tokens" && i + 1 < argc) token_counts.push_back(std::atoll(argv[++i]));
+        else if (arg == "--step-ms" && i + 1 < argc) step_ms.push_back(std::atof(argv[++i]));
+        else {
+            std::fprintf(stderr, "usage: bench_gemm [--tokens M ...] [--step-ms MS ...]\n");
+            return 2;
+        }
+    }
+    if (token_counts.empty()) token_counts = {16384, 65536};
+    try {
+        cublasLtHandle_t lt;
+        check_lt(cublasLtCreate(&lt), "create");
+        const std::size_t ws_bytes = 32u << 20;
+        void* ws = nullptr;
+        FG_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+        bench::Timer timer;
+        std::printf("%s; GPT-2 small's linear layers, bf16, cuBLASLt (heuristic's first "
+                    "algorithm)\n", kernels::device_info().name.c_str());
+        for (std::size_t t = 0; t < token_counts.size(); ++t) {
+            const long long M = token_counts[t];
+            std::vector<Product> products;
+            linear(products, "qkv", M, 2304, 768, 12);
+            linear(products, "attention proj", M, 768, 768, 12);
+            linear(products, "fc", M, 3072, 768, 12);
+            linear(products, "mlp proj", M, 768, 3072, 12);
+            linear(products, "head", M, 50304, 768, 1);
+            std::printf("\nM = %lld tokens\n| layer | pass | m x n x k | layout error | ms | "
+                        "TFLOP/s | a step |\n| --- | --- | --- | --- | --- | --- | --- |\n", M);
+            double total_ms = 0.0, total_flops = 0.0;
+            for (const Product& p : products) {
+                const double err = layout_error(lt, p, ws, ws_bytes);
+                if (!(err < 2e-2))
+                    throw std::runtime_error(std::string("layout check failed: ") + p.layer + " " +
+                                             p.pass + ", relative error " + std::to_string(err));
+                const Tensor a = p.trans_a ? bf16_randn(p.k, p.m) : bf16_randn(p.m, p.k);
+                const Tensor b = p.trans_b ? bf16_randn(p.n, p.k) : bf16_randn(p.k, p.n);
+                Tensor c = Tensor::empty({p.m, p.n}, p.f32_out ? DType::f32 : DType::bf16,
+                                         Device::cuda);
+                LtProduct product(lt, p.trans_a, p.trans_b, p.m, p.n, p.k,
+                                  p.f32_out ? CUDA_R_32F : CUDA_R_16BF, ws, ws_bytes);
+                const double ms = timer.median_ms(
+                    [&] { product.run(a.raw_data(), b.raw_data(), c.raw_data()); }, 20);
+                const double flops = 2.0 * p.m * p.n * p.k;
+                total_ms += ms * p.count;
+                total_flops += flops * p.count;
+                std::printf("| %s | %s | %lld x %lld x %lld | %.1e | %.3f | %.0f | x%d |\n",
+                            p.layer, p.pass, p.m, p.n, p.k, err, ms, flops / (ms * 1e9), p.count);
+            }
+            std::printf("GEMMs of a step: %.2f ms, %.1f TFLOP, %.0f TFLOP/s, %.0f tokens/s at most",
+                        total_ms, total_flops / 1e12, total_flops / (total_ms * 1e9),
+                        M / (total_ms / 1e3));
+            if (t < step_ms.size())
+                std::printf("; the measured step %.2f ms: the GEMMs alone are %.0f%% of it",
+                            step_ms[t], 100.0 * total_ms / step_ms[t]);
+            std::printf("\n");
+        }
+        cudaFree(ws);
+        cublasLtDestroy(lt);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
