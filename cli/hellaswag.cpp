@@ -91,12 +91,12 @@ ChoiceScore score_choices(GPT& model, const std::vector<ChoiceExample>& examples
         const Tensor logits =
             model.forward(Tensor::from_vector(ids, {n, length}, device));
         std::vector<double> sum(n), mean(n);
-        for (std::int64_t i = 0; i < n; ++i) {
-            std::vector<std::int32_t> targets(static_cast<std::size_t>(n * length), -1);
+        for (std::int64_t i = 0; i < n; ++i) {  // each ending's loss over its own row's logits
+            std::vector<std::int32_t> targets(static_cast<std::size_t>(length), -1);
             const auto& ending = ex.endings[i];
-            for (std::size_t k = 0; k < ending.size(); ++k)
-                targets[i * length + keep - 1 + k] = ending[k];
-            mean[i] = cross_entropy(logits, Tensor::from_vector(targets, {n, length}, device), -1)
+            for (std::size_t k = 0; k < ending.size(); ++k) targets[keep - 1 + k] = ending[k];
+            mean[i] = cross_entropy(logits.slice(i, i + 1),
+                                    Tensor::from_vector(targets, {1, length}, device), -1)
                           .item();
             sum[i] = mean[i] * static_cast<double>(ending.size());
         }
