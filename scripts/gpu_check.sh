@@ -14,7 +14,8 @@
 #   ladder: bench_norm --kernel ladder (LADDER_FLAGS: more of its flags, e.g. --dtype bf16).
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
 #   models: bench/norm_torch_models.py (NANOGPT_DIR; LIGER_SRC for Liger's column): nanoGPT's
-#   baby GPT, transformers' Llama and GPT-2 small, as written / fusegrad.patch / Liger's norms.
+#   baby GPT, transformers' Llama and GPT-2 small, as written / fusegrad.patch / Liger's norms
+#   (MODELS_FLAGS, e.g. "--models baby --modes compile": 18 runs with 9 compilations take long).
 #   overhead: bench/norm_torch_overhead.py with a host profile (LIGER_SRC: Liger-Kernel's src/
 #   folder, carried, to time its modules beside).
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
@@ -362,7 +363,7 @@ PY
             else
                 FUSEGRAD_TORCH_LIBRARY=$PWD/build-gpu/capi/libfusegrad_torch.so \
                 PYTHONPATH=$PWD/python python3 bench/norm_torch_models.py --nanogpt "$NANOGPT_DIR" \
-                    ${LIGER_SRC:+--liger "$LIGER_SRC"} --json "$out/models.json" \
+                    ${LIGER_SRC:+--liger "$LIGER_SRC"} ${MODELS_FLAGS:-} --json "$out/models.json" \
                     > "$out/models.log" 2>&1 || status=1
                 sed -n '/^| model/,$p' "$out/models.log"
             fi
