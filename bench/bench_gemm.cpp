@@ -122,7 +122,8 @@ Tensor bf16_randn(long long rows, long long cols) {
 // The product's layout against kernels::gemm at m = min(m, 256) (and k likewise for the weight
 // gradient): the largest difference relative to the largest value of the reference.
 double layout_error(cublasLtHandle_t lt, const Product& p, void* ws, std::size_t ws_bytes) {
-    const long long m = std::min(p.m, 256LL), n = p.n, k = p.trans_a ? std::min(p.k, 256LL) : p.k;
+    // m and k differ, so that a transposed operand read with the two swapped would show.
+    const long long m = std::min(p.m, 256LL), n = p.n, k = p.trans_a ? std::min(p.k, 128LL) : p.k;
     const Tensor a = p.trans_a ? bf16_randn(k, m) : bf16_randn(m, k);
     const Tensor b = p.trans_b ? bf16_randn(n, k) : bf16_randn(k, n);
     const DType c_type = p.f32_out ? DType::f32 : DType::bf16;

@@ -57,7 +57,8 @@ def use_liger(model):
     """Liger-Kernel's norm modules in place of the model's norms, with the same weights (what its
     apply_liger_kernel_to_llama(rms_norm=True) does to Llama's, without its version pins on
     transformers): LigerRMSNorm (Llama's casting) for LlamaRMSNorm, LigerLayerNorm for nanoGPT's
-    and torch.nn's LayerNorm (a zero bias where the model has none: Liger's always has one)."""
+    and torch.nn's LayerNorm (a frozen zero bias where the model has none: Liger's always has
+    one)."""
     from liger_kernel.transformers.layer_norm import LigerLayerNorm
     from liger_kernel.transformers.rms_norm import LigerRMSNorm
     for parent in list(model.modules()):
@@ -69,6 +70,8 @@ def use_liger(model):
                 new = LigerLayerNorm(n, eps=getattr(child, "eps", 1e-5), bias=False)
                 if getattr(child, "bias", None) is not None:
                     new.bias = child.bias
+                else:  # Liger's always has one: zeros beside the weight, not trained
+                    new.bias = nn.Parameter(torch.zeros_like(child.weight), requires_grad=False)
             else:
                 continue
             new.weight = child.weight

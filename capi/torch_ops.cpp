@@ -18,12 +18,13 @@
 // PyTorch's allocator, so CUDA graphs and streams see them as any op) and a Meta one (shapes only:
 // torch.compile traces with it); both run the same argument checks first, whose messages name the
 // argument. norm_forward's derivative is registered under the Autograd key, in C++: autograd calls
-// norm_backward through the dispatcher with no Python on the way. norm_backward has none (no
-// double backward).
+// norm_backward through the dispatcher with no Python on the way. norm_backward has none: a double
+// backward is refused.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -76,7 +77,10 @@ std::string float_text(double v) {
 
 std::string shape(const Tensor& t) { return tuple_text(t.sym_sizes()); }
 
+// The C ABI's code of a dtype the checks let through (float32, bfloat16, float16).
 int dtype_code(at::ScalarType t) {
+    TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
+                "fusegrad: no kernel takes ", dtype_name(t));
     return t == at::kFloat ? FGN_F32 : t == at::kBFloat16 ? FGN_BF16 : FGN_F16;
 }
 
@@ -155,11 +159,20 @@ void check_forward(const Tensor& input, const optional<Tensor>& residual,
 
 void check_backward(const Tensor& grad_y, const optional<Tensor>& grad_h, const Tensor& saved,
                     const optional<Tensor>& weight, const Tensor& mean, const Tensor& rstd,
-                    int64_t kind, int64_t reduction, bool want_dweight) {
+                    int64_t kind, int64_t reduction, at::ScalarType param_dtype,
+                    bool want_dweight) {
     const char* fn = "fusegrad::norm_backward";
     TORCH_CHECK_VALUE(kind == kRms || kind == kLayer, fn,
                       ": kind must be 0 (RMSNorm) or 1 (LayerNorm), got ", kind);
     check_input(fn, saved);
+    check_placement(fn, "saved", saved, saved);
+    TORCH_CHECK_TYPE(param_dtype == at::kFloat || param_dtype == saved.scalar_type(), fn,
+                     ": param_dtype is ", dtype_name(param_dtype), ", the saved input is ",
+                     dtype_name(saved.scalar_type()),
+                     ": weights must be float32 or the input's dtype");
+    TORCH_CHECK_TYPE(!weight || weight->scalar_type() == param_dtype, fn, ": weight is ",
+                     dtype_name(weight ? weight->scalar_type() : param_dtype),
+                     ", param_dtype is ", dtype_name(param_dtype), ": they must be the same");
     const c10::SymInt rows = rows_of(saved);
     for (const auto& [name, p] : {std::pair{"grad_y", optional<Tensor>(grad_y)},
                                   std::pair{"grad_h", grad_h}}) {
@@ -225,7 +238,8 @@ Backward backward_meta(const Tensor& grad_y, const optional<Tensor>& grad_h, con
                        const optional<Tensor>& weight, const Tensor& mean, const Tensor& rstd,
                        int64_t kind, bool /*zero_centered*/, int64_t reduction,
                        at::ScalarType param_dtype, bool want_dweight, bool want_dbias) {
-    check_backward(grad_y, grad_h, saved, weight, mean, rstd, kind, reduction, want_dweight);
+    check_backward(grad_y, grad_h, saved, weight, mean, rstd, kind, reduction, param_dtype,
+                   want_dweight);
     return backward_outputs(saved, param_dtype, want_dweight, want_dbias);
 }
 
@@ -269,7 +283,8 @@ Backward backward_cuda(const Tensor& grad_y, const optional<Tensor>& grad_h, con
                        const optional<Tensor>& weight, const Tensor& mean, const Tensor& rstd,
                        int64_t kind, bool zero_centered, int64_t reduction,
                        at::ScalarType param_dtype, bool want_dweight, bool want_dbias) {
-    check_backward(grad_y, grad_h, saved, weight, mean, rstd, kind, reduction, want_dweight);
+    check_backward(grad_y, grad_h, saved, weight, mean, rstd, kind, reduction, param_dtype,
+                   want_dweight);
     c10::DeviceGuard guard(saved.device());
     auto [dx, dw, db] = backward_outputs(saved, param_dtype, want_dweight, want_dbias);
     const int k = static_cast<int>(kind), x_t = dtype_code(saved.scalar_type()),
@@ -331,6 +346,9 @@ public:
                                                param_dtype(input, weight, bias)}
                                               .pack();
         ctx->mark_non_differentiable({mean, rstd});
+        // An unused output's gradient stays undefined (no zeros made and filled for it): the
+        // backward skips the kernels when only h was used, and passes no zero dh.
+        ctx->set_materialize_grads(false);
         return {y, h, mean, rstd};
     }
 
@@ -409,4 +427,9 @@ TORCH_LIBRARY_IMPL(fusegrad, Meta, m) {
     m.impl("norm_backward", backward_meta);
 }
 
-TORCH_LIBRARY_IMPL(fusegrad, Autograd, m) { m.impl("norm_forward", forward_autograd); }
+// norm_backward has no derivative: differentiating it (create_graph) is an error, not the
+// dispatcher's default of a warning and a gradient left out.
+TORCH_LIBRARY_IMPL(fusegrad, Autograd, m) {
+    m.impl("norm_forward", forward_autograd);
+    m.impl("norm_backward", torch::autograd::autogradNotImplementedFallback());
+}

@@ -65,7 +65,9 @@ class _Norm(nn.Module):
         # The common case straight to the operator, which checks the tensors: contiguous rows of
         # the one normalised dimension. Anything else takes functional.py's shape handling.
         code = _ops.REDUCTIONS.get(self.reduction)
+        eps = _RMS_DEFAULT_EPS if self.eps is None and self._kind == _ops.RMS else self.eps
         if (len(self.normalized_shape) == 1 and isinstance(input, torch.Tensor) and
+                isinstance(eps, (int, float)) and not isinstance(eps, bool) and
                 input.dim() >= 1 and input.shape[-1] == self.normalized_shape[0] and
                 input.is_contiguous() and code is not None and
                 (residual is None or (isinstance(residual, torch.Tensor) and
@@ -74,7 +76,6 @@ class _Norm(nn.Module):
             save_stats = torch.is_grad_enabled() and (
                 input.requires_grad or (residual is not None and residual.requires_grad) or
                 (w is not None and w.requires_grad) or (b is not None and b.requires_grad))
-            eps = self.eps if self.eps is not None else _RMS_DEFAULT_EPS
             y, h, _, _ = _ops.norm_forward(input, residual, w, b, self._kind, float(eps),
                                            bool(self.zero_centered), code, save_stats)
             return y if residual is None else (y, h)

@@ -12,7 +12,9 @@ model in place (the counterpart of Liger-Kernel's apply_liger_kernel_to_llama):
       x = x + self.mlp(self.ln_2(x))
 
   the first add moves into the second norm's kernel (its residual option returns y = norm(h) and
-  h = x + attn(...)): one pass over the activations less in the forward and in the backward.
+  h = x + attn(...)): in the backward the residual's gradient joins dx inside the kernel; in the
+  forward the add is fused, but under autocast the 16-bit attention output is first cast to the
+  float32 stream's dtype (the kernel adds tensors of one dtype), which costs about what it saves.
   Blocks whose forward differs (transformers' decoder layers among them: their signatures change
   between versions) keep their adds; their norms are swapped all the same.
 
@@ -33,8 +35,9 @@ _NANOGPT_BLOCK = "x=x+self.attn(self.ln_1(x))x=x+self.mlp(self.ln_2(x))returnx"
 
 
 def _forward_code(module):
-    """The statements of type(module).forward without its signature, docstring, comments or white
-    space; "" when the source is not available."""
+    """The statements of type(module).forward without its signature, comments or white space
+    ("" when the source is not available); a docstring stays, so a forward with one never
+    matches nanoGPT's, which have none."""
     try:
         lines = inspect.getsource(type(module).forward).splitlines()[1:]
     except (OSError, TypeError):
@@ -77,9 +80,11 @@ def _swap(module, reduction):
 
 def _fused_block_forward(self, x):
     """nanoGPT's Block.forward with its first residual add inside ln_2's kernel. Under autocast the
-    attention's output is 16-bit and the residual stream x float32: the add is made in x's dtype,
-    as PyTorch's type promotion makes it."""
-    y, h = self.ln_2(self.attn(self.ln_1(x)).to(x.dtype), residual=x)
+    attention's output is 16-bit and the residual stream x float32: the add is made in the wider
+    of the two dtypes, as PyTorch's type promotion makes it (the kernel adds tensors of one)."""
+    a = self.attn(self.ln_1(x))
+    wide = torch.promote_types(x.dtype, a.dtype)
+    y, h = self.ln_2(a.to(wide), residual=x.to(wide))
     return h + self.mlp(y)
 
 

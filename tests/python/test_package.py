@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusegrad
 from fusegrad import _library
@@ -288,6 +289,55 @@ def test_autograd_calls_the_backward_op_from_cpp():
     with pytest.raises(RuntimeError, match=r"fusegrad.rms_norm: the forward ran with "
                                            r"save_stats=False"):
         y.sum().backward()
+
+
+class _OpLog(TorchDispatchMode):
+    """The ops that reach the backends while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_unused_outputs_cost_nothing_in_the_backward():
+    """No zeros are made for the gradients of unused outputs, and when only h = x + residual is
+    used its gradient passes to both without the backward kernels."""
+    x, r, w = meta(4, 8, grad=True), meta(4, 8, grad=True), meta(8, grad=True)
+    y, h, _, _ = torch.ops.fusegrad.norm_forward(x, r, w, None, 0, 1e-5, False, 0, True)
+    with _OpLog() as log:
+        torch.autograd.grad(h.sum(), [x, r])
+    assert not any("norm_backward" in op or "zeros" in op for op in log.ops), log.ops
+    y, h, _, _ = torch.ops.fusegrad.norm_forward(x, r, w, None, 0, 1e-5, False, 0, True)
+    with _OpLog() as log:
+        torch.autograd.grad(y.sum(), [x, r, w])
+    assert "fusegrad.norm_backward.default" in log.ops
+    assert not any("zeros" in op or "fill" in op for op in log.ops), log.ops
+
+
+def test_double_backward_is_refused():
+    x, w = meta(4, 8, grad=True), meta(8, grad=True)
+    y = torch.ops.fusegrad.norm_forward(x, None, w, None, 1, 1e-5, False, 0, True)[0]
+    gx, = torch.autograd.grad(y.sum(), [x], create_graph=True)
+    with pytest.raises(RuntimeError, match=r"not implemented"):
+        torch.autograd.grad(gx.sum(), [w])
+
+
+def test_backward_op_checks_its_dtypes():
+    saved, dy, stats = meta(4, 8, dtype=torch.bfloat16), meta(4, 8, dtype=torch.bfloat16), \
+        torch.empty(4, device=META)
+    with pytest.raises(TypeError, match=r"param_dtype is float64, the saved input is bfloat16"):
+        torch.ops.fusegrad.norm_backward(dy, None, saved, None, stats, stats, 0, False, 0,
+                                         torch.float64, False, False)
+    with pytest.raises(TypeError, match=r"weight is float32, param_dtype is bfloat16"):
+        torch.ops.fusegrad.norm_backward(dy, None, saved, meta(8), stats, stats, 0, False, 0,
+                                         torch.bfloat16, True, False)
+    with pytest.raises(ValueError, match=r"saved is not contiguous"):
+        torch.ops.fusegrad.norm_backward(dy, None, meta(8, 4, dtype=torch.bfloat16).t(), None,
+                                         stats, stats, 0, False, 0, torch.float32, False, False)
 
 
 # ---- the C ABI's argument checks (no GPU needed) ------------------------------------------------

@@ -61,13 +61,13 @@ def test_patch_without_fusing_and_what_it_leaves_alone():
         def forward(self, x):
             return x + self.mlp(self.ln_2(x + self.attn(self.ln_1(x))))
 
-    class OtherNorm(models.LayerNorm):  # a look-alike with another eps: not swapped
+    class LayerNorm(models.LayerNorm):  # nanoGPT's name and parts, another eps: not swapped
         def forward(self, input):
             return torch.nn.functional.layer_norm(input, self.weight.shape, self.weight,
                                                   self.bias, 1e-6)
 
     block = OtherBlock(32, 4, True)
-    norm = OtherNorm(32, True)
+    norm = LayerNorm(32, True)
     holder = nn.ModuleList([block, norm])
     counts = fusegrad.patch(holder)
     assert counts == {"norms": 2, "fused_blocks": 0}  # the block's own two norms only
