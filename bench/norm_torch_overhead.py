@@ -12,8 +12,9 @@ Usage: python3 bench/norm_torch_overhead.py [--reps N] [--case KIND:DTYPE:MxN ..
 (default cases: the norms of the models in bench/norm_torch_models.py: nanoGPT's baby GPT and
 GPT-2 small, LayerNorm over an f32 residual stream under autocast; Llama's RMSNorm at 1024).
 --liger DIR: a Liger-Kernel checkout's src/ folder (carried, never committed). --profile N
-also runs N forward + backward calls of fusegrad's module under cProfile for the first case and
-prints the functions that took the host's time, by their own time: where the launch cost is.
+also runs N forward + backward calls of fusegrad's module under cProfile and under PyTorch's
+profiler (CPU side) for the first case and prints what took the host's time, by own time: where
+the launch cost is, in Python and inside the operators.
 """
 import argparse
 import cProfile
@@ -103,6 +104,14 @@ def profile_host(kind, dtype, m, n, calls):
     print("\nhost profile of %d fusegrad forward + backward calls (%s %s %dx%d), by own time:"
           % (calls, kind, dtype, m, n))
     print(text.getvalue())
+    # Inside C++: PyTorch's profiler, CPU side, the operators and what they call (allocation,
+    # autograd's nodes, the engine), by their own host time.
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            torch.autograd.grad(module(x), [x] + params, dy)
+        torch.cuda.synchronize()
+    print("PyTorch's profiler over the same calls (CPU), by own time:")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 
 def main():
