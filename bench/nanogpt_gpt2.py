@@ -11,15 +11,24 @@ clipping at 1.0, and the loss read back every step (train.py's log line). Prints
 time after the first 10 (compilation left out), tokens per second and the peak memory PyTorch
 allocated.
 
+Under torchrun (several GPUs: RANK, LOCAL_RANK and WORLD_SIZE set) each rank runs that step on
+its own --batch, the model wrapped in PyTorch's DistributedDataParallel after torch.compile, as
+nanoGPT's train.py wraps it (NCCL; gradients summed in f32, DDP's default); rank 0 prints the
+median step and the tokens a second of all the ranks together.
+
 usage: nanogpt_gpt2.py NANOGPT_DIR [--batch 16] [--steps 40] [--no-compile] [--json OUT]
+       torchrun --standalone --nproc_per_node N nanogpt_gpt2.py NANOGPT_DIR [...]
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 ap = argparse.ArgumentParser()
 ap.add_argument("nanogpt")
@@ -31,6 +40,11 @@ a = ap.parse_args()
 sys.path.insert(0, a.nanogpt)
 from model import GPT, GPTConfig  # noqa: E402  (nanoGPT's own)
 
+world = int(os.environ.get("WORLD_SIZE", "1"))
+rank = int(os.environ.get("RANK", "0"))
+if world > 1:
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
 torch.manual_seed(1337)
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
@@ -40,6 +54,8 @@ model = GPT(GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=T, vocab_siz
 optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cuda")
 if not a.no_compile:
     model = torch.compile(model)
+if world > 1:
+    model = DDP(model, device_ids=[torch.cuda.current_device()])
 ctx = torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16)
 
 
@@ -62,10 +78,15 @@ for step in range(a.steps):
     loss_value = loss.item()
     times.append((time.perf_counter() - start) * 1000)
 ms = statistics.median(times[10:])
-result = {"framework": "nanoGPT model.py", "compile": not a.no_compile, "batch": a.batch,
-          "median_ms_per_step": round(ms, 2), "tokens_per_s": round(a.batch * T / ms * 1000),
+result = {"framework": "nanoGPT model.py" + (" + DDP" if world > 1 else ""),
+          "compile": not a.no_compile, "gpus": world, "batch_per_gpu": a.batch,
+          "median_ms_per_step": round(ms, 2),
+          "tokens_per_s": round(a.batch * T * world / ms * 1000),
           "peak_mem_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
           "last_loss": round(loss_value, 4)}
-print(json.dumps(result))
-if a.json:
-    json.dump(result, open(a.json, "w"))
+if rank == 0:
+    print(json.dumps(result))
+    if a.json:
+        json.dump(result, open(a.json, "w"))
+if world > 1:
+    dist.destroy_process_group()

@@ -27,7 +27,8 @@
 #   tokens/s on DDP_GPUS (default 1 2 4 8, those the machine has) for DDP_MODELS (default
 #   "baby gpt2"), fusegrad (bf16; DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off
 #   with f32 sums) and PyTorch DDP (bf16 autocast, f32 sums, torch.compile), each GPU with the
-#   one-GPU batch; the table by bench/scaling_report.py.
+#   one-GPU batch; the table by bench/scaling_report.py. With NANOGPT_DIR, GPT-2 small also by
+#   nanoGPT's own model.py under DDP + torch.compile (bench/nanogpt_gpt2.py under torchrun).
 #   phases: train.phase_times' GPU time of each phase of a GPT-2 small step, one GPU and several
 #   ranks, with PHASE_VARIANTS of the ranks' settings (see the step).
 #   gpt2text: GPT-2 small's architecture from scratch on the Shakespeare text's GPT-2 tokens
@@ -307,6 +308,15 @@ PY
                         > "$runs/torch_${model}_$n.log" 2>&1 || { status=1; tail -5 "$runs/torch_${model}_$n.log"; }
                     echo "$(date +%T) PyTorch DDP $model on $n GPU(s):" \
                          "$(tail -1 "$runs/torch_${model}_$n.log")"
+                    if [ "$model" = gpt2 ] && [ -n "${NANOGPT_DIR:-}" ]; then
+                        # nanoGPT's own model.py under DDP + torch.compile: the anchor's figure.
+                        PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone \
+                            --nproc_per_node "$n" bench/nanogpt_gpt2.py "$NANOGPT_DIR" \
+                            --batch "$per_gpu" --steps "$steps" \
+                            > "$runs/nanogpt_${model}_$n.log" 2>&1 || status=1
+                        echo "$(date +%T) nanoGPT model.py DDP $model on $n GPU(s):" \
+                             "$(tail -1 "$runs/nanogpt_${model}_$n.log")"
+                    fi
                 done
             done
             python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"
