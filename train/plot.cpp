@@ -21,9 +21,15 @@ namespace {
 // Text as SVG (XML) character data: titles and labels come from the command line.
 std::string xml_escape(const std::string& text) {
     std::string out;
-    for (char c : text)
-        out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&quot;"
-                                                                                : std::string(1, c);
+    for (char c : text) {
+        switch (c) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&quot;"; break;
+            default: out += c;
+        }
+    }
     return out;
 }
 
@@ -58,7 +64,9 @@ Series read_metrics(const LossCurveSource& source) {
         const double step = j["step"].get<double>();
         // A step past 1e15 or below 0 is no training step (and would put the axis at infinity).
         if (!(step >= 0 && step <= 1e15)) continue;
-        auto finite = [&](const char* k) { return number(k) && std::isfinite(j[k].get<double>()); };
+        auto finite = [&](const char* key) {
+            return number(key) && std::isfinite(j[key].get<double>());
+        };
         if (finite("loss")) s.train.push_back({step, j["loss"].get<double>()});
         if (finite("val_loss")) s.val.push_back({step, j["val_loss"].get<double>()});
     }
@@ -140,8 +148,11 @@ void write_loss_curves(const std::vector<LossCurveSource>& runs, const std::stri
     double legend_y = top + 15;
     for (std::size_t i = 0; i < labels.size(); ++i) {
         bool train = false, val = false;
-        for (const Series& s : series)
-            if (s.label == labels[i]) train |= !s.train.empty(), val |= !s.val.empty();
+        for (const Series& s : series) {
+            if (s.label != labels[i]) continue;
+            train = train || !s.train.empty();
+            val = val || !s.val.empty();
+        }
         const std::string prefix = labels[i].empty() ? "" : xml_escape(labels[i]) + ": ";
         auto legend = [&](bool is_val, const char* what) {
             svg << "<text x=\"" << w - right - 260 << "\" y=\"" << legend_y << "\" fill=\""

@@ -505,8 +505,10 @@ void Trainer::report_step(std::int64_t step, double loss, double lr, double norm
     // Tokens per second as a whole number (null for a step too short for the clock).
     line["tokens_per_s"] = std::isfinite(tps) ? nlohmann::ordered_json(std::llround(tps))
                                               : nlohmann::ordered_json();
-    if (mfu[0] >= 0)
-        line["mfu"] = rounded(mfu[0], "%.4f"), line["mfu_6lct"] = rounded(mfu[1], "%.4f");
+    if (mfu[0] >= 0) {
+        line["mfu"] = rounded(mfu[0], "%.4f");
+        line["mfu_6lct"] = rounded(mfu[1], "%.4f");
+    }
     if (peak_mib >= 0) line["peak_mem_mib"] = rounded(peak_mib, "%.1f");
     log_metrics(line.dump());
     if (step % print_every == 0 || step == 1) {
