@@ -79,8 +79,7 @@ std::string shape(const Tensor& t) { return tuple_text(t.sym_sizes()); }
 
 // The C ABI's code of a dtype the checks let through (float32, bfloat16, float16).
 int dtype_code(at::ScalarType t) {
-    TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
-                "fusegrad: no kernel takes ", dtype_name(t));
+    TORCH_INTERNAL_ASSERT(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
     return t == at::kFloat ? FGN_F32 : t == at::kBFloat16 ? FGN_BF16 : FGN_F16;
 }
 

@@ -45,12 +45,19 @@ def _norm(kind, input, weight, bias, eps, residual, zero_centered, normalized_sh
         r = _rows_of(fn, "residual", residual, lead, cols)
     w = _rows_of(fn, "weight", weight, (), cols) if weight is not None else None
     b = _rows_of(fn, "bias", bias, (), cols) if bias is not None else None
-    save_stats = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (input, residual, weight, bias))
+    save_stats = wants_statistics(input, residual, weight, bias)
     y, h, _, _ = _ops.norm_forward(x, r, w, b, kind, float(eps), bool(zero_centered), code,
                                    save_stats)
     y = y.view(input.shape)
     return (y, h.view(input.shape)) if residual is not None else y
+
+
+def wants_statistics(input, residual, weight, bias):
+    """Whether a backward may follow: grad mode on and a tensor that requires grad (else the
+    forward keeps no statistics)."""
+    return torch.is_grad_enabled() and (
+        input.requires_grad or (residual is not None and residual.requires_grad) or
+        (weight is not None and weight.requires_grad) or (bias is not None and bias.requires_grad))
 
 
 def _normalized_shape(fn, input, weight, bias, normalized_shape):

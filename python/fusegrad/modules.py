@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from . import _ops
-from .functional import _RMS_DEFAULT_EPS, layer_norm, rms_norm
+from .functional import _RMS_DEFAULT_EPS, layer_norm, rms_norm, wants_statistics
 
 
 def _as_shape(normalized_shape):
@@ -73,11 +73,9 @@ class _Norm(nn.Module):
                 (residual is None or (isinstance(residual, torch.Tensor) and
                                       residual.is_contiguous()))):
             w, b = self.weight, self.bias
-            save_stats = torch.is_grad_enabled() and (
-                input.requires_grad or (residual is not None and residual.requires_grad) or
-                (w is not None and w.requires_grad) or (b is not None and b.requires_grad))
             y, h, _, _ = _ops.norm_forward(input, residual, w, b, self._kind, float(eps),
-                                           bool(self.zero_centered), code, save_stats)
+                                           bool(self.zero_centered), code,
+                                           wants_statistics(input, residual, w, b))
             return y if residual is None else (y, h)
         fn = rms_norm if self._kind == _ops.RMS else layer_norm
         return fn(input, self.weight, self.bias, self.eps, residual, self.zero_centered,
@@ -120,16 +118,22 @@ def _swap_for(module, reduction):
     type), sharing its parameters, or None."""
     kind = type(module)
     if kind is nn.LayerNorm:
-        new = LayerNorm(module.normalized_shape, module.eps, False, reduction=reduction)
+        cls = LayerNorm
     elif getattr(nn, "RMSNorm", None) is not None and kind is nn.RMSNorm:
-        new = RMSNorm(module.normalized_shape, module.eps, False, reduction=reduction)
+        cls = RMSNorm
     else:
         return None
-    # The same Parameter objects: an optimizer built before the swap still updates them.
-    new.elementwise_affine = module.elementwise_affine
-    new.weight = module.weight
-    new.bias = getattr(module, "bias", None)
-    new.train(module.training)
+    return sharing(cls, module.normalized_shape, module.eps, module.weight,
+                   getattr(module, "bias", None), module.training, reduction)
+
+
+def sharing(cls, normalized_shape, eps, weight, bias, training, reduction):
+    """fusegrad's `cls` over the given weight and bias (the same Parameter objects, either may be
+    None: an optimizer built before a swap still updates them), in `training` mode."""
+    new = cls(normalized_shape, eps, False, reduction=reduction)
+    new.elementwise_affine = weight is not None
+    new.weight, new.bias = weight, bias
+    new.train(training)
     return new
 
 

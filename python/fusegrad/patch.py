@@ -27,7 +27,7 @@ import types
 import torch
 from torch import nn
 
-from .modules import LayerNorm, RMSNorm, _swap_for
+from .modules import LayerNorm, RMSNorm, _swap_for, sharing
 
 # nanoGPT's model.py, as its forward methods read (white space aside).
 _NANOGPT_LAYERNORM = "returnF.layer_norm(input,self.weight.shape,self.weight,self.bias,1e-5)"
@@ -51,10 +51,8 @@ def _nanogpt_layer_norm(module, reduction):
             not isinstance(getattr(module, "weight", None), nn.Parameter) or
             not hasattr(module, "bias") or _forward_code(module) != _NANOGPT_LAYERNORM):
         return None
-    new = LayerNorm(module.weight.shape, 1e-5, False, reduction=reduction)
-    new.elementwise_affine = True
-    new.weight, new.bias = module.weight, module.bias
-    return new
+    return sharing(LayerNorm, module.weight.shape, 1e-5, module.weight, module.bias,
+                   module.training, reduction)
 
 
 def _llama_rms_norm(module, reduction):
@@ -62,10 +60,8 @@ def _llama_rms_norm(module, reduction):
             not isinstance(getattr(module, "weight", None), nn.Parameter) or
             not hasattr(module, "variance_epsilon")):
         return None
-    new = RMSNorm(module.weight.shape, module.variance_epsilon, False, reduction=reduction)
-    new.elementwise_affine = True
-    new.weight = module.weight
-    return new
+    return sharing(RMSNorm, module.weight.shape, module.variance_epsilon, module.weight, None,
+                   module.training, reduction)
 
 
 def _swap(module, reduction):
@@ -73,7 +69,6 @@ def _swap(module, reduction):
     for swap in (_swap_for, _nanogpt_layer_norm, _llama_rms_norm):
         new = swap(module, reduction)
         if new is not None:
-            new.train(module.training)
             return new
     return None
 

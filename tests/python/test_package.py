@@ -130,6 +130,19 @@ def test_weight_on_another_device_is_refused():
         fusegrad.layer_norm(x, torch.ones(8))
 
 
+def test_module_fast_path_checks_eps_as_the_functions_do():
+    # The module's common case skips functional.py, not its checks: eps=None is RMSNorm's
+    # default only, and eps must be a number.
+    x = meta(4, 8)
+    with pytest.raises(TypeError, match=r"fusegrad.layer_norm: eps must be a number, got None"):
+        fusegrad.LayerNorm(8, eps=None, device=META)(x)
+    m = fusegrad.RMSNorm(8, device=META)
+    m.eps = "small"
+    with pytest.raises(TypeError, match=r"fusegrad.rms_norm: eps must be a number, got 'small'"):
+        m(x)
+    assert fusegrad.RMSNorm(8, device=META)(x).shape == x.shape  # eps=None: PyTorch's default
+
+
 def test_module_arguments_are_checked():
     with pytest.raises(ValueError, match=r"fusegrad.LayerNorm: reduction must be one of"):
         fusegrad.LayerNorm(8, reduction="parallel")
