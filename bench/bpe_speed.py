@@ -12,11 +12,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "build", "tiktoken"))
-import tiktoken  # noqa: E402
-from tiktoken.load import load_tiktoken_bpe  # noqa: E402
-
-PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "text"))
+from gpt2_tiktoken import local_encoding  # noqa: E402  (tests/text/gpt2_tiktoken.py)
 
 
 def shares(text, parts):
@@ -41,9 +38,7 @@ def main():
     print(subprocess.run([a.bench, a.text, "--threads", "1", "--threads", str(threads),
                           "--reps", str(a.reps)], check=True, capture_output=True,
                          text=True).stdout, end="")
-    enc = tiktoken.Encoding(name="gpt2_local", pat_str=PATTERN,
-                            mergeable_ranks=load_tiktoken_bpe(a.vocab),
-                            special_tokens={"<|endoftext|>": 50256})
+    enc = local_encoding(a.vocab)
     data = open(a.text, "rb").read()
     text = data.decode("utf-8")
     for t in (1, threads):

@@ -27,8 +27,8 @@ spread, and a text sample from each. Needs a GPU.
 usage: gpt2_text_proof.py --fusegrad BIN --nanogpt DIR --text FILE --work DIR --out DIR
                           [--seeds 1 2 3] [--steps 300] [--warmup 30] [--batch 8]
                           [--eval-interval 15] [--eval-iters 20] [--compile] [--prompt TEXT]
-The vocabulary is $FUSEGRAD_DATA/gpt2.tiktoken (--vocab to name another); tiktoken is imported
-from the environment or from build/tiktoken (scripts/install_deps.sh --tests).
+The vocabulary is $FUSEGRAD_DATA/gpt2.tiktoken (--vocab to name another); tiktoken's encoding is
+built from it by tests/text/gpt2_tiktoken.py.
 """
 import argparse
 import json
@@ -41,21 +41,19 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Runs nanoGPT's train.py (cwd: the checkout) with argv[6:] as its flags, then samples from the
-# model it trained. argv[1:6]: seed, vocabulary file, prompt, tokens to generate, sample seed.
+# model it trained. argv[1:6]: seed, vocabulary file, prompt, tokens to generate, sample seed;
+# argv[6]: the folder of tests/text/gpt2_tiktoken.py.
 RUNNER = r"""
 import json, runpy, sys, torch
 seed, vocab, prompt, n_new, sample_seed = sys.argv[1:6]
 sys.path.insert(0, sys.argv[6])
-import tiktoken
-from tiktoken.load import load_tiktoken_bpe
+from gpt2_tiktoken import local_encoding
 _manual_seed = torch.manual_seed
 torch.manual_seed = lambda s: _manual_seed(s + int(seed))
 torch.save = lambda *args, **kwargs: None
 sys.argv = ["train.py"] + sys.argv[7:]
 g = runpy.run_path("train.py", run_name="__main__")
-pattern = r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-enc = tiktoken.Encoding(name="gpt2_local", pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(vocab),
-                        special_tokens={"<|endoftext|>": 50256})
+enc = local_encoding(vocab)
 model = getattr(g["model"], "_orig_mod", g["model"])
 model.eval()
 _manual_seed(int(sample_seed))
@@ -182,11 +180,11 @@ def main():
                  "--eval_interval=%d" % a.eval_interval, "--eval_iters=%d" % a.eval_iters,
                  "--log_interval=1", "--always_save_checkpoint=False", "--device=cuda",
                  "--dtype=bfloat16", "--compile=%s" % a.compile]
-        tiktoken_dir = os.path.join(HERE, "..", "build", "tiktoken")
+        helper_dir = os.path.join(HERE, "..", "tests", "text")  # gpt2_tiktoken.py
         log = os.path.join(work, "nanogpt_seed%d.log" % seed)
         if not finished(log, "SAMPLE "):
             run([sys.executable, "-c", RUNNER, str(seed), a.vocab, a.prompt, str(a.sample_tokens), "1",
-                 tiktoken_dir] + flags, log, cwd=nanogpt)
+                 helper_dir] + flags, log, cwd=nanogpt)
         log = open(log).read()
         curves["nanoGPT seed %d" % seed] = {int(m.group(1)): float(m.group(2)) for m in re.finditer(
             r"step (\d+): train loss [\d.]+, val loss ([\d.]+)", log)}

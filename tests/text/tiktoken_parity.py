@@ -17,11 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "build", "tiktoken"))
-import tiktoken  # noqa: E402
-from tiktoken.load import load_tiktoken_bpe  # noqa: E402
-
-PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+from gpt2_tiktoken import local_encoding  # tests/text/gpt2_tiktoken.py, beside this file
 
 
 def ours(dump, text):
@@ -54,9 +50,7 @@ def random_text(rng, n):
 
 def main():
     dump, vocab, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-    enc = tiktoken.Encoding(name="gpt2_local", pat_str=PATTERN,
-                            mergeable_ranks=load_tiktoken_bpe(vocab),
-                            special_tokens={"<|endoftext|>": 50256})
+    enc = local_encoding(vocab)
     here = os.path.dirname(os.path.abspath(__file__))
     texts = [("Hello world", "Hello world")]
     texts.append(("torture.txt", open(os.path.join(here, "torture.txt"), encoding="utf-8",
