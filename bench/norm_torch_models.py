@@ -11,14 +11,19 @@ Models (random initialisation, random tokens):
   gpt2   transformers' GPT2LMHeadModel, GPT-2 small (12 x 768, vocabulary 50257), no dropout;
          16 x 1024 tokens a step
 Variants: "torch" (as written), "fusegrad" (fusegrad.patch: the norms, and nanoGPT's blocks'
-first residual add fused), "liger" (Liger-Kernel's norm modules in place of the models' norms,
-sharing their weights: LigerRMSNorm for Llama's, LigerLayerNorm for the others; --liger names its
-src/ folder, carried, never committed).
+first residual add fused; under torch.compile the models' own norm code, as patch does by
+default), "fusegrad-kernels" (compiled only: patch(compiled="fusegrad"), fusegrad's ops inside the
+compiled graph), "liger" (Liger-Kernel's norm modules in place of the models' norms, sharing their
+weights: LigerRMSNorm for Llama's, LigerLayerNorm for the others; --liger names its src/ folder,
+carried, never committed).
 The step: bf16 autocast, fused AdamW (lr 6e-4, betas 0.9 / 0.95, weight decay 0.1 on the 2-D
 weights, as nanoGPT's configure_optimizers), clip 1.0, the loss read every step (as nanoGPT's
-train.py logs it); the median step time after --warmup steps (compilation left out) and the peak
-memory PyTorch allocated. Every variant starts from the same weights and sees the same batches;
-the last loss is printed so that a variant computing something else shows.
+train.py logs it). Every variant starts from the same weights and sees the same batches; the
+last loss is printed so that a variant computing something else shows. Each variant's --warmup
+steps (compilation) run one variant at a time and give its peak memory (what PyTorch allocated
+above what the other variants hold at rest); then the --steps timed steps run interleaved, the
+order rotating each step, so that a drift in the machine's speed falls on all variants alike:
+the median step, and the 10th and 90th percentiles in the JSON.
 
 usage: norm_torch_models.py --nanogpt DIR [--liger DIR] [--models baby,llama,gpt2]
                             [--modes eager,compile] [--steps 40] [--warmup 15] [--json OUT]
@@ -93,35 +98,77 @@ def loss_of(model, name, x, y):
     return model(input_ids=x, labels=y).loss
 
 
-def run(name, variant, mode, args, base):
-    model = copy.deepcopy(base).cuda().train()
-    if variant == "fusegrad":
-        import fusegrad
-        fusegrad.patch(model)
-    elif variant == "liger":
-        use_liger(model)
-    opt = optimizer_for(model)
-    step_model = torch.compile(model) if mode == "compile" else model
-    _, batch, t, vocab = args.shapes[name]
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    times = []
-    torch.cuda.reset_peak_memory_stats()
-    for i in range(args.warmup + args.steps):
-        x = torch.randint(vocab, (batch, t), device="cuda", generator=gen)
-        y = torch.randint(vocab, (batch, t), device="cuda", generator=gen)
+class Variant:
+    """One variant of one model in one mode: its own copy of the weights, optimizer and (compiled)
+    step."""
+
+    def __init__(self, name, variant, mode, args, base):
+        self.row = {"model": name, "variant": variant, "mode": mode}
+        before = torch.cuda.memory_allocated()
+        self.model = copy.deepcopy(base).cuda().train()
+        if variant == "fusegrad":
+            import fusegrad
+            fusegrad.patch(self.model)
+        elif variant == "fusegrad-kernels":
+            import fusegrad
+            fusegrad.patch(self.model, compiled="fusegrad")
+        elif variant == "liger":
+            use_liger(self.model)
+        self.opt = optimizer_for(self.model)
+        self.step_model = torch.compile(self.model) if mode == "compile" else self.model
+        self.name, self.before, self.times = name, before, []
+
+    def step(self, x, y):
+        """One training step; its wall time in ms, the loss read as train.py's log line reads it
+        (so the time includes the host's)."""
         torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.autocast("cuda", torch.bfloat16):
-            loss = loss_of(step_model, name, x, y)
+            loss = loss_of(self.step_model, self.name, x, y)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        last = loss.item()  # as train.py's log line: the step's time includes the host's
-        if i >= args.warmup:
-            times.append((time.perf_counter() - start) * 1e3)
-    return {"model": name, "variant": variant, "mode": mode, "ms": statistics.median(times),
-            "peak_mib": torch.cuda.max_memory_allocated() / 2**20, "last_loss": last}
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.row["last_loss"] = loss.item()
+        return (time.perf_counter() - start) * 1e3
+
+
+def measure(name, mode, variants, args, base):
+    """Every variant's warm-up steps (compilation) one variant at a time, its peak memory above
+    what the earlier variants hold at rest; then the timed steps interleaved, the order rotating
+    each step, so that a drift in the host's or the GPU's speed falls on every variant alike."""
+    runs = []
+    for variant in variants:
+        try:
+            v = Variant(name, variant, mode, args, base)
+            torch.cuda.reset_peak_memory_stats()
+            for i in range(args.warmup):
+                v.step(*batch(name, args, i))
+            v.row["peak_mib"] = (torch.cuda.max_memory_allocated() - v.before) / 2**20
+            runs.append(v)
+        except Exception as e:  # say what failed and go on
+            print(json.dumps({"model": name, "variant": variant, "mode": mode,
+                              "error": str(e).splitlines()[0][:200]}), flush=True)
+    for i in range(args.steps):
+        x, y = batch(name, args, args.warmup + i)
+        for k in range(len(runs)):
+            v = runs[(i + k) % len(runs)]
+            v.times.append(v.step(x, y))
+    rows = []
+    for v in runs:
+        deciles = statistics.quantiles(v.times, n=10)
+        rows.append(dict(v.row, ms=statistics.median(v.times), ms_p10=deciles[0],
+                         ms_p90=deciles[-1]))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def batch(name, args, i):
+    """Step i's random tokens (the same for every variant)."""
+    _, b, t, vocab = args.shapes[name]
+    gen = torch.Generator(device="cuda").manual_seed(1000 + i)
+    return (torch.randint(vocab, (b, t), device="cuda", generator=gen),
+            torch.randint(vocab, (b, t), device="cuda", generator=gen))
 
 
 def main():
@@ -136,7 +183,7 @@ def main():
     args = ap.parse_args()
     if args.liger:
         sys.path.insert(0, args.liger)
-    variants = ["torch", "fusegrad"] + (["liger"] if args.liger else [])
+    variants = ["torch", "fusegrad", "fusegrad-kernels"] + (["liger"] if args.liger else [])
     torch.backends.cuda.matmul.allow_tf32 = True
     print("%s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__), flush=True)
     rows, args.shapes = [], {}
@@ -144,18 +191,14 @@ def main():
         built = build(name, args.nanogpt)
         args.shapes[name] = built
         for mode in args.modes.split(","):
-            for variant in variants:
-                torch._dynamo.reset()
-                try:
-                    r = run(name, variant, mode, args, built[0])
-                except Exception as e:  # say what failed and go on
-                    r = {"model": name, "variant": variant, "mode": mode,
-                         "error": str(e).splitlines()[0][:200]}
-                rows.append(r)
-                print(json.dumps(r), flush=True)
-    print("\n| model | mode | as written ms | fusegrad ms (x) | Liger ms (x) | peak MiB: written / "
-          "fusegrad / Liger |")
-    print("| --- | --- | --- | --- | --- | --- |")
+            torch._dynamo.reset()
+            rows += measure(name, mode,
+                            [v for v in variants if mode == "compile" or v != "fusegrad-kernels"],
+                            args, built[0])
+            torch.cuda.empty_cache()
+    print("\n| model | mode | as written ms | fusegrad ms (x) | fusegrad's kernels compiled ms (x) "
+          "| Liger ms (x) | peak MiB: written / fusegrad / Liger |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):
         for mode in args.modes.split(","):
             got = {r["variant"]: r for r in rows if r["model"] == name and r["mode"] == mode}
@@ -163,14 +206,14 @@ def main():
 
             def cell(v):
                 r = got.get(v)
-                if r is None or "ms" not in r:
-                    return "-" if r is None else "error"
+                if r is None:
+                    return "-"
                 return "%.2f (%.2fx)" % (r["ms"], r["ms"] / base) if base else "%.2f" % r["ms"]
-            peaks = " / ".join("%.0f" % got[v]["peak_mib"] if "peak_mib" in got.get(v, {}) else "-"
+            peaks = " / ".join("%.0f" % got[v]["peak_mib"] if v in got else "-"
                                for v in ("torch", "fusegrad", "liger"))
-            print("| %s | %s | %s | %s | %s | %s |" % (
-                name, mode, "%.2f" % base if base else "error", cell("fusegrad"), cell("liger"),
-                peaks))
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (
+                name, mode, "%.2f" % base if base else "-", cell("fusegrad"),
+                cell("fusegrad-kernels"), cell("liger"), peaks))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

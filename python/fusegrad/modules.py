@@ -5,6 +5,12 @@ parameter names and state_dict keys), and replace_norms, which swaps them into a
 Beyond PyTorch's modules: forward(input, residual) fuses the residual add (returns (y, h));
 zero_centered=True keeps the scale as 1 + weight (weight initialised to zeros); RMSNorm takes a
 bias; reduction picks how dw / db are summed in the backward ('auto', 'locked', 'grid').
+
+A module swapped in for a model's own norm (replace_norms, fusegrad.patch) keeps that norm beside
+it, and with compiled="torch" (the default) runs it while torch.compile traces the model: Inductor
+fuses the model's norm with the casts and adds around it, which an opaque op cannot join, and
+that made compiled models slower with fusegrad's kernels inside (docs/pytorch.md). Eager calls
+always run fusegrad's kernels; compiled="fusegrad" keeps them in compiled graphs too.
 """
 import numbers
 
@@ -21,7 +27,12 @@ def _as_shape(normalized_shape):
     return tuple(int(s) for s in normalized_shape)
 
 
+# What a swapped-in module runs under torch.compile: the model's own norm, or fusegrad's ops.
+COMPILED = ("torch", "fusegrad")
+
+
 class _Norm(nn.Module):
+    _as_written = None  # the model's own norm, run under torch.compile (sharing(), above)
     __constants__ = ["normalized_shape", "eps", "elementwise_affine", "zero_centered", "reduction"]
 
     def __init__(self, kind, normalized_shape, eps, elementwise_affine, bias, device, dtype,
@@ -62,6 +73,11 @@ class _Norm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, input, residual=None):
+        if self._as_written is not None and torch.compiler.is_compiling():
+            if residual is None:
+                return self._as_written(input)
+            h = input + residual
+            return self._as_written(h), h
         # The common case straight to the operator, which checks the tensors: contiguous rows of
         # the one normalised dimension. Anything else takes functional.py's shape handling.
         code = _ops.REDUCTIONS.get(self.reduction)
@@ -113,7 +129,7 @@ class RMSNorm(_Norm):
                          zero_centered, reduction)
 
 
-def _swap_for(module, reduction):
+def _swap_for(module, reduction, compiled):
     """fusegrad's module for `module` (a torch.nn.LayerNorm or torch.nn.RMSNorm, matched by exact
     type), sharing its parameters, or None."""
     kind = type(module)
@@ -123,28 +139,35 @@ def _swap_for(module, reduction):
         cls = RMSNorm
     else:
         return None
-    return sharing(cls, module.normalized_shape, module.eps, module.weight,
-                   getattr(module, "bias", None), module.training, reduction)
+    return sharing(cls, module, module.normalized_shape, module.eps, module.weight,
+                   getattr(module, "bias", None), reduction, compiled)
 
 
-def sharing(cls, normalized_shape, eps, weight, bias, training, reduction):
-    """fusegrad's `cls` over the given weight and bias (the same Parameter objects, either may be
-    None: an optimizer built before a swap still updates them), in `training` mode."""
+def sharing(cls, original, normalized_shape, eps, weight, bias, reduction, compiled):
+    """fusegrad's `cls` in place of the norm `original`, over the given weight and bias (the same
+    Parameter objects, either may be None: an optimizer built before a swap still updates them),
+    in original's training mode; with compiled="torch" it runs `original` under torch.compile."""
+    if compiled not in COMPILED:
+        raise ValueError("fusegrad: compiled must be one of %s, got %r"
+                         % (", ".join(map(repr, COMPILED)), compiled))
     new = cls(normalized_shape, eps, False, reduction=reduction)
     new.elementwise_affine = weight is not None
     new.weight, new.bias = weight, bias
-    new.train(training)
+    new.train(original.training)
+    if compiled == "torch":  # kept out of the module tree: no second state_dict entry
+        new.__dict__["_as_written"] = original
     return new
 
 
-def replace_norms(model, reduction="auto"):
+def replace_norms(model, reduction="auto", compiled="torch"):
     """Replaces, in place, every torch.nn.LayerNorm and torch.nn.RMSNorm inside `model` (exact
     types, not subclasses, whose forward may differ) by fusegrad's module with the same
-    parameters; returns how many were replaced. The model's tensors must then be on CUDA."""
+    parameters; returns how many were replaced. The model's tensors must then be on CUDA.
+    compiled: what the new modules run under torch.compile (the module's docstring)."""
     count = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            new = _swap_for(child, reduction)
+            new = _swap_for(child, reduction, compiled)
             if new is not None:
                 setattr(parent, name, new)
                 count += 1

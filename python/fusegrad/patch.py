@@ -46,28 +46,28 @@ def _forward_code(module):
     return "".join(code.split())
 
 
-def _nanogpt_layer_norm(module, reduction):
+def _nanogpt_layer_norm(module, reduction, compiled):
     if (type(module).__name__ != "LayerNorm" or isinstance(module, nn.LayerNorm) or
             not isinstance(getattr(module, "weight", None), nn.Parameter) or
             not hasattr(module, "bias") or _forward_code(module) != _NANOGPT_LAYERNORM):
         return None
-    return sharing(LayerNorm, module.weight.shape, 1e-5, module.weight, module.bias,
-                   module.training, reduction)
+    return sharing(LayerNorm, module, module.weight.shape, 1e-5, module.weight, module.bias,
+                   reduction, compiled)
 
 
-def _llama_rms_norm(module, reduction):
+def _llama_rms_norm(module, reduction, compiled):
     if (type(module).__name__ != "LlamaRMSNorm" or
             not isinstance(getattr(module, "weight", None), nn.Parameter) or
             not hasattr(module, "variance_epsilon")):
         return None
-    return sharing(RMSNorm, module.weight.shape, module.variance_epsilon, module.weight, None,
-                   module.training, reduction)
+    return sharing(RMSNorm, module, module.weight.shape, module.variance_epsilon, module.weight,
+                   None, reduction, compiled)
 
 
-def _swap(module, reduction):
+def _swap(module, reduction, compiled):
     """fusegrad's module for `module`, sharing its parameters, or None."""
     for swap in (_swap_for, _nanogpt_layer_norm, _llama_rms_norm):
-        new = swap(module, reduction)
+        new = swap(module, reduction, compiled)
         if new is not None:
             return new
     return None
@@ -76,17 +76,22 @@ def _swap(module, reduction):
 def _fused_block_forward(self, x):
     """nanoGPT's Block.forward with its first residual add inside ln_2's kernel. Under autocast the
     attention's output is 16-bit and the residual stream x float32: the add is made in the wider
-    of the two dtypes, as PyTorch's type promotion makes it (the kernel adds tensors of one)."""
+    of the two dtypes, as PyTorch's type promotion makes it (the kernel adds tensors of one).
+    Under torch.compile with compiled="torch", the block's own forward (its norms run theirs)."""
+    if self.ln_2._as_written is not None and torch.compiler.is_compiling():
+        return type(self).forward(self, x)
     a = self.attn(self.ln_1(x))
     wide = torch.promote_types(x.dtype, a.dtype)
     y, h = self.ln_2(a.to(wide), residual=x.to(wide))
     return h + self.mlp(y)
 
 
-def patch(model, *, fuse_residual=True, reduction="auto"):
+def patch(model, *, fuse_residual=True, reduction="auto", compiled="torch"):
     """Puts fusegrad's norms into `model` in place (see the module's docstring) and returns
     {"norms": how many were swapped, "fused_blocks": how many blocks fuse a residual add}.
-    The model's norms must then run on CUDA tensors (or meta ones, for tracing)."""
+    The model's norms must then run on CUDA tensors (or meta ones, for tracing). compiled: what
+    runs while torch.compile traces the model, "torch" (the model's own norms and blocks, which
+    Inductor fuses with their neighbours) or "fusegrad" (fusegrad's ops, opaque to Inductor)."""
     counts = {"norms": 0, "fused_blocks": 0}
     for parent in list(model.modules()):
         # A nanoGPT block is recognised before its norms change (its source is what is checked).
@@ -94,7 +99,7 @@ def patch(model, *, fuse_residual=True, reduction="auto"):
                 all(hasattr(parent, a) for a in ("ln_1", "attn", "ln_2", "mlp")) and
                 _forward_code(parent) == _NANOGPT_BLOCK)
         for name, child in list(parent.named_children()):
-            new = _swap(child, reduction)
+            new = _swap(child, reduction, compiled)
             if new is not None:
                 setattr(parent, name, new)
                 counts["norms"] += 1

@@ -1,11 +1,14 @@
 """tests/python/test_patch.py: fusegrad.patch on the models of models.py. Without a GPU (CI): which
 norms it swaps (and that they keep their Parameter objects and state_dict keys), which blocks
-fuse a residual add, what it leaves alone, and a forward + backward of every patched model on meta
-tensors. With a GPU (marked `gpu`): logits and every parameter's gradient of the patched model
+fuse a residual add, what it leaves alone, a forward + backward of every patched model on meta
+tensors, and what a compiled graph of a patched model holds: with compiled="torch" (the default)
+the model's own norms, so that on the CPU (torch.compile with a backend that runs the captured
+graph as it is) logits and gradients equal the unpatched model's bit for bit, and with
+compiled="fusegrad" fusegrad's ops (traced on meta tensors). With a GPU (marked `gpu`): logits and every parameter's gradient of the patched model
 against the same model unpatched, in float32 (relative error, norm-wise, within 1e-5 for the
 logits and 1e-4 for the gradients: the same math in another order of rounding) and under bf16
 autocast (within 2e-2 and 5e-2: bf16 matmuls on either side, whose roundings the fused add
-moves).
+moves), and the same under torch.compile (Inductor) with compiled="fusegrad".
 """
 import copy
 
@@ -28,6 +31,11 @@ def build(name, device):
         pytest.importorskip("transformers")
     torch.manual_seed(0)
     return BUILDERS[name](device)
+
+
+def rel(a, b):
+    """Norm-wise relative error of a against b."""
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12)).item()
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
@@ -97,9 +105,74 @@ def test_patched_model_matches_unpatched(name, precision):
     (ref_out, ref_grads), (out, grads) = results
     tol_out, tol_grad = (1e-5, 1e-4) if precision == "fp32" else (2e-2, 5e-2)
 
-    def rel(a, b):
-        return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
-
     assert rel(out, ref_out) <= tol_out
     for k, g in ref_grads.items():
         assert rel(grads[k], g) <= tol_grad, k
+
+
+def _graph_targets(model, idx):
+    """The call targets of the graphs torch.compile captures from a forward + backward of model
+    (fullgraph: a graph break fails), with the captured graphs run as they are."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        def record(g, inputs):
+            seen.extend(str(n.target) for n in g.graph.nodes if n.op == "call_function")
+            return make_boxed_func(g)
+        return aot_autograd(fw_compiler=record, bw_compiler=record)(gm, example_inputs)
+
+    torch._dynamo.reset()
+    out = models.logits(torch.compile(model, backend=backend, fullgraph=True), idx)
+    out.float().square().sum().backward()
+    return out, seen
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_compiled_patched_model_runs_its_own_norms(name):
+    ref, vocab = build(name, "cpu")
+    model = copy.deepcopy(ref)
+    assert fusegrad.patch(model)["norms"] == EXPECTED[name][0]
+    idx = torch.randint(vocab, (2, 16))
+    ref_out, _ = _graph_targets(ref, idx)
+    out, seen = _graph_targets(model, idx)
+    assert not any("fusegrad" in s for s in seen), seen
+    assert torch.equal(out, ref_out)
+    grads = dict(model.named_parameters())
+    for k, p in ref.named_parameters():
+        assert torch.equal(grads[k].grad, p.grad), k
+
+
+def test_compiled_patched_model_with_fusegrads_ops():
+    model, vocab = build("nanogpt", META)
+    fusegrad.patch(model, compiled="fusegrad")
+    _, seen = _graph_targets(model, torch.randint(vocab, (2, 16), device=META))
+    assert sum("fusegrad.norm_forward" in s for s in seen) == 5, seen
+    assert sum("fusegrad.norm_backward" in s for s in seen) == 5, seen
+    with pytest.raises(ValueError, match="compiled must be one of 'torch', 'fusegrad', got 'x'"):
+        fusegrad.patch(build("nanogpt", META)[0], compiled="x")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_compiled_model_with_fusegrads_ops_matches_unpatched(precision):
+    ref, vocab = build("nanogpt", "cuda")
+    model = copy.deepcopy(ref)
+    fusegrad.patch(model, compiled="fusegrad")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    torch.manual_seed(1)
+    idx = torch.randint(vocab, (4, 32), device="cuda")
+    outs = []
+    for m in (ref, compiled):
+        with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16"):
+            out = models.logits(m, idx).float()
+        out.square().mean().backward()
+        outs.append(out)
+    tol_out, tol_grad = (1e-5, 1e-4) if precision == "fp32" else (2e-2, 5e-2)
+    assert rel(outs[1], outs[0]) <= tol_out
+    grads = dict(model.named_parameters())
+    for k, p in ref.named_parameters():
+        assert rel(grads[k].grad, p.grad) <= tol_grad, k
