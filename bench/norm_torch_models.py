@@ -12,8 +12,9 @@ Models (random initialisation, random tokens):
          16 x 1024 tokens a step
 Variants: "torch" (as written), "fusegrad" (fusegrad.patch: the norms, and nanoGPT's blocks'
 first residual add fused; under torch.compile the models' own norm code, as patch does by
-default), "fusegrad-kernels" (compiled only: patch(compiled="fusegrad"), fusegrad's ops inside the
-compiled graph), "liger" (Liger-Kernel's norm modules in place of the models' norms, sharing their
+default), "fusegrad-norms" (eager only, and only for nanoGPT, whose blocks patch fuses:
+patch(fuse_residual=False), the norms alone), "fusegrad-kernels" (compiled only:
+patch(compiled="fusegrad"), fusegrad's ops inside the compiled graph), "liger" (Liger-Kernel's norm modules in place of the models' norms, sharing their
 weights: LigerRMSNorm for Llama's, LigerLayerNorm for the others; --liger names its src/ folder,
 carried, never committed).
 The step: bf16 autocast, fused AdamW (lr 6e-4, betas 0.9 / 0.95, weight decay 0.1 on the 2-D
@@ -112,6 +113,9 @@ class Variant:
         elif variant == "fusegrad-kernels":
             import fusegrad
             fusegrad.patch(self.model, compiled="fusegrad")
+        elif variant == "fusegrad-norms":
+            import fusegrad
+            fusegrad.patch(self.model, fuse_residual=False)
         elif variant == "liger":
             use_liger(self.model)
         self.opt = optimizer_for(self.model)
@@ -183,7 +187,13 @@ def main():
     args = ap.parse_args()
     if args.liger:
         sys.path.insert(0, args.liger)
-    variants = ["torch", "fusegrad", "fusegrad-kernels"] + (["liger"] if args.liger else [])
+    variants = (["torch", "fusegrad", "fusegrad-norms", "fusegrad-kernels"] +
+                (["liger"] if args.liger else []))
+
+    def wanted(name, mode, variant):
+        if variant == "fusegrad-norms":
+            return mode == "eager" and name == "baby"
+        return variant != "fusegrad-kernels" or mode == "compile"
     torch.backends.cuda.matmul.allow_tf32 = True
     print("%s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__), flush=True)
     rows, args.shapes = [], {}
@@ -192,13 +202,13 @@ def main():
         args.shapes[name] = built
         for mode in args.modes.split(","):
             torch._dynamo.reset()
-            rows += measure(name, mode,
-                            [v for v in variants if mode == "compile" or v != "fusegrad-kernels"],
-                            args, built[0])
+            rows += measure(name, mode, [v for v in variants if wanted(name, mode, v)], args,
+                            built[0])
             torch.cuda.empty_cache()
-    print("\n| model | mode | as written ms | fusegrad ms (x) | fusegrad's kernels compiled ms (x) "
-          "| Liger ms (x) | peak MiB: written / fusegrad / Liger |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| model | mode | as written ms | fusegrad ms (x) | fusegrad's norms alone ms (x) | "
+          "fusegrad's kernels compiled ms (x) | Liger ms (x) | peak MiB: written / fusegrad / "
+          "Liger |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):
         for mode in args.modes.split(","):
             got = {r["variant"]: r for r in rows if r["model"] == name and r["mode"] == mode}
@@ -211,9 +221,9 @@ def main():
                 return "%.2f (%.2fx)" % (r["ms"], r["ms"] / base) if base else "%.2f" % r["ms"]
             peaks = " / ".join("%.0f" % got[v]["peak_mib"] if v in got else "-"
                                for v in ("torch", "fusegrad", "liger"))
-            print("| %s | %s | %s | %s | %s | %s | %s |" % (
+            print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 name, mode, "%.2f" % base if base else "-", cell("fusegrad"),
-                cell("fusegrad-kernels"), cell("liger"), peaks))
+                cell("fusegrad-norms"), cell("fusegrad-kernels"), cell("liger"), peaks))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
