@@ -141,7 +141,12 @@ def measure(name, mode, variants, args, base):
     """Every variant's warm-up steps (compilation) one variant at a time, its peak memory above
     what the earlier variants hold at rest; then the timed steps interleaved, the order rotating
     each step, so that a drift in the host's or the GPU's speed falls on every variant alike."""
-    runs = []
+    runs, rows = [], []
+
+    def failed(row, e):  # say what failed and go on without it
+        rows.append(dict(row, error=str(e).splitlines()[0][:200] if str(e) else type(e).__name__))
+        print(json.dumps(rows[-1]), flush=True)
+
     for variant in variants:
         try:
             v = Variant(name, variant, mode, args, base)
@@ -150,16 +155,22 @@ def measure(name, mode, variants, args, base):
                 v.step(*batch(name, args, i))
             v.row["peak_mib"] = (torch.cuda.max_memory_allocated() - v.before) / 2**20
             runs.append(v)
-        except Exception as e:  # say what failed and go on
-            print(json.dumps({"model": name, "variant": variant, "mode": mode,
-                              "error": str(e).splitlines()[0][:200]}), flush=True)
+        except Exception as e:
+            failed({"model": name, "variant": variant, "mode": mode}, e)
     for i in range(args.steps):
         x, y = batch(name, args, args.warmup + i)
         for k in range(len(runs)):
             v = runs[(i + k) % len(runs)]
-            v.times.append(v.step(x, y))
-    rows = []
+            if v.times is None:
+                continue
+            try:
+                v.times.append(v.step(x, y))
+            except Exception as e:
+                failed(v.row, e)
+                v.times = None
     for v in runs:
+        if v.times is None:
+            continue
         deciles = statistics.quantiles(v.times, n=10)
         rows.append(dict(v.row, ms=statistics.median(v.times), ms_p10=deciles[0],
                          ms_p90=deciles[-1]))
@@ -185,6 +196,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.steps < 2 or args.warmup < 1:
+        ap.error("--steps must be at least 2 and --warmup at least 1")
     if args.liger:
         sys.path.insert(0, args.liger)
     variants = (["torch", "fusegrad", "fusegrad-norms", "fusegrad-kernels"] +
@@ -216,10 +229,10 @@ def main():
 
             def cell(v):
                 r = got.get(v)
-                if r is None:
-                    return "-"
+                if r is None or "ms" not in r:
+                    return "-" if r is None else "error"
                 return "%.2f (%.2fx)" % (r["ms"], r["ms"] / base) if base else "%.2f" % r["ms"]
-            peaks = " / ".join("%.0f" % got[v]["peak_mib"] if v in got else "-"
+            peaks = " / ".join("%.0f" % got[v]["peak_mib"] if "ms" in got.get(v, {}) else "-"
                                for v in ("torch", "fusegrad", "liger"))
             print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 name, mode, "%.2f" % base if base else "-", cell("fusegrad"),

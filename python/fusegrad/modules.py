@@ -6,11 +6,12 @@ Beyond PyTorch's modules: forward(input, residual) fuses the residual add (retur
 zero_centered=True keeps the scale as 1 + weight (weight initialised to zeros); RMSNorm takes a
 bias; reduction picks how dw / db are summed in the backward ('auto', 'locked', 'grid').
 
-A module swapped in for a model's own norm (replace_norms, fusegrad.patch) keeps that norm beside
-it, and with compiled="torch" (the default) runs it while torch.compile traces the model: Inductor
-fuses the model's norm with the casts and adds around it, which an opaque op cannot join, and
-that made compiled models slower with fusegrad's kernels inside (docs/pytorch.md). Eager calls
-always run fusegrad's kernels; compiled="fusegrad" keeps them in compiled graphs too.
+A module swapped in for a model's own norm (replace_norms, fusegrad.patch) with compiled="torch"
+(the default) runs the replaced norm's forward, on its own parameters, while torch.compile (or
+torch.export) traces the model: Inductor fuses the model's norm with the casts and adds around
+it, which an opaque op cannot join, and that made compiled models slower with fusegrad's kernels
+inside (docs/pytorch.md). Eager calls always run fusegrad's kernels; compiled="fusegrad" keeps
+them in compiled graphs too.
 """
 import numbers
 
@@ -32,7 +33,7 @@ COMPILED = ("torch", "fusegrad")
 
 
 class _Norm(nn.Module):
-    _as_written = None  # the model's own norm, run under torch.compile (sharing(), above)
+    _model_forward = None  # the replaced norm's forward, run under torch.compile (sharing())
     __constants__ = ["normalized_shape", "eps", "elementwise_affine", "zero_centered", "reduction"]
 
     def __init__(self, kind, normalized_shape, eps, elementwise_affine, bias, device, dtype,
@@ -73,11 +74,11 @@ class _Norm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, input, residual=None):
-        if self._as_written is not None and torch.compiler.is_compiling():
+        if self._model_forward is not None and torch.compiler.is_compiling():
             if residual is None:
-                return self._as_written(input)
-            h = input + residual
-            return self._as_written(h), h
+                return self._model_forward(self, input)
+            h = (input + residual).to(input.dtype)  # as the kernel rounds it
+            return self._model_forward(self, h), h
         # The common case straight to the operator, which checks the tensors: contiguous rows of
         # the one normalised dimension. Anything else takes functional.py's shape handling.
         code = _ops.REDUCTIONS.get(self.reduction)
@@ -143,19 +144,28 @@ def _swap_for(module, reduction, compiled):
                    getattr(module, "bias", None), reduction, compiled)
 
 
-def sharing(cls, original, normalized_shape, eps, weight, bias, reduction, compiled):
-    """fusegrad's `cls` in place of the norm `original`, over the given weight and bias (the same
-    Parameter objects, either may be None: an optimizer built before a swap still updates them),
-    in original's training mode; with compiled="torch" it runs `original` under torch.compile."""
+def check_compiled(compiled):
     if compiled not in COMPILED:
         raise ValueError("fusegrad: compiled must be one of %s, got %r"
                          % (", ".join(map(repr, COMPILED)), compiled))
+
+
+def sharing(cls, original, normalized_shape, eps, weight, bias, reduction, compiled):
+    """fusegrad's `cls` in place of the norm `original`, over the given weight and bias (the same
+    Parameter objects, either may be None: an optimizer built before a swap still updates them),
+    in original's training mode. With compiled="torch" it keeps original's forward (a function,
+    not the module: whatever later replaces the parameters in the model's tree, a state_dict
+    loaded with assign=True among them, is what it reads) and the plain attributes that forward
+    may read, and runs it on itself under torch.compile."""
     new = cls(normalized_shape, eps, False, reduction=reduction)
     new.elementwise_affine = weight is not None
     new.weight, new.bias = weight, bias
     new.train(original.training)
-    if compiled == "torch":  # kept out of the module tree: no second state_dict entry
-        new.__dict__["_as_written"] = original
+    if compiled == "torch":
+        for key, value in vars(original).items():  # e.g. LlamaRMSNorm's variance_epsilon
+            if not key.startswith("_") and key != "training" and not hasattr(new, key):
+                setattr(new, key, value)
+        new.__dict__["_model_forward"] = type(original).forward
     return new
 
 
@@ -164,6 +174,7 @@ def replace_norms(model, reduction="auto", compiled="torch"):
     types, not subclasses, whose forward may differ) by fusegrad's module with the same
     parameters; returns how many were replaced. The model's tensors must then be on CUDA.
     compiled: what the new modules run under torch.compile (the module's docstring)."""
+    check_compiled(compiled)
     count = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

@@ -21,13 +21,13 @@ model in place (the counterpart of Liger-Kernel's apply_liger_kernel_to_llama):
 Recognition is by class name and the attributes the swap reads, and for nanoGPT's modules by their
 forward's source, so that a look-alike with other arithmetic is left alone.
 """
+import functools
 import inspect
-import types
 
 import torch
 from torch import nn
 
-from .modules import LayerNorm, RMSNorm, _swap_for, sharing
+from .modules import LayerNorm, RMSNorm, _swap_for, check_compiled, sharing
 
 # nanoGPT's model.py, as its forward methods read (white space aside).
 _NANOGPT_LAYERNORM = "returnF.layer_norm(input,self.weight.shape,self.weight,self.bias,1e-5)"
@@ -78,7 +78,7 @@ def _fused_block_forward(self, x):
     attention's output is 16-bit and the residual stream x float32: the add is made in the wider
     of the two dtypes, as PyTorch's type promotion makes it (the kernel adds tensors of one).
     Under torch.compile with compiled="torch", the block's own forward (its norms run theirs)."""
-    if self.ln_2._as_written is not None and torch.compiler.is_compiling():
+    if self.ln_2._model_forward is not None and torch.compiler.is_compiling():
         return type(self).forward(self, x)
     a = self.attn(self.ln_1(x))
     wide = torch.promote_types(x.dtype, a.dtype)
@@ -92,6 +92,7 @@ def patch(model, *, fuse_residual=True, reduction="auto", compiled="torch"):
     The model's norms must then run on CUDA tensors (or meta ones, for tracing). compiled: what
     runs while torch.compile traces the model, "torch" (the model's own norms and blocks, which
     Inductor fuses with their neighbours) or "fusegrad" (fusegrad's ops, opaque to Inductor)."""
+    check_compiled(compiled)
     counts = {"norms": 0, "fused_blocks": 0}
     for parent in list(model.modules()):
         # A nanoGPT block is recognised before its norms change (its source is what is checked).
@@ -104,6 +105,8 @@ def patch(model, *, fuse_residual=True, reduction="auto", compiled="torch"):
                 setattr(parent, name, new)
                 counts["norms"] += 1
         if fuse and isinstance(parent.ln_2, (LayerNorm, RMSNorm)):
-            parent.forward = types.MethodType(_fused_block_forward, parent)
+            # A partial of a module-level function, not a bound method: a patched model pickles
+            # (torch.save) and loads again.
+            parent.forward = functools.partial(_fused_block_forward, parent)
             counts["fused_blocks"] += 1
     return counts

@@ -145,14 +145,62 @@ def test_compiled_patched_model_runs_its_own_norms(name):
         assert torch.equal(grads[k].grad, p.grad), k
 
 
+def test_compiled_patched_model_follows_its_parameters_and_pickles():
+    """Under compile the swapped norms read the model's tree, not what it held when patched: a
+    state_dict loaded with assign=True (new Parameter objects) reaches them; a patched model
+    saved with torch.save loads again, its blocks still fused."""
+    import io
+    ref, vocab = build("nanogpt", "cpu")
+    model = copy.deepcopy(ref)
+    fusegrad.patch(model)
+    torch.manual_seed(5)
+    fresh = {k: torch.randn_like(v) for k, v in ref.state_dict().items()}
+    ref.load_state_dict(fresh, assign=True)
+    model.load_state_dict(fresh, assign=True)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert "forward" in vars(loaded.h[0]) and isinstance(loaded.ln_f, fusegrad.LayerNorm)
+    idx = torch.randint(vocab, (2, 16))
+    ref_out, _ = _graph_targets(ref, idx)
+    for m in (model, loaded):
+        out, seen = _graph_targets(m, idx)
+        assert not any("fusegrad" in s for s in seen), seen
+        assert torch.equal(out, ref_out)
+        grads = dict(m.named_parameters())
+        for k, p in ref.named_parameters():
+            assert torch.equal(grads[k].grad, p.grad), k
+
+
+def test_swapped_norm_with_a_residual_under_compile():
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(16)
+
+        def forward(self, x, r):
+            return self.norm(x, residual=r)
+
+    holder = Holder()
+    assert fusegrad.replace_norms(holder) == 1
+    x, r = torch.randn(4, 16), torch.randn(4, 16, dtype=torch.float64)
+    torch._dynamo.reset()
+    y, h = torch.compile(holder, backend="eager", fullgraph=True)(x, r)
+    assert h.dtype == x.dtype and torch.equal(h, (x + r).float())  # rounded as the kernel rounds
+    assert torch.equal(y, nn.functional.layer_norm(h, (16,), holder.norm.weight,
+                                                   holder.norm.bias, 1e-5))
+
+
 def test_compiled_patched_model_with_fusegrads_ops():
     model, vocab = build("nanogpt", META)
     fusegrad.patch(model, compiled="fusegrad")
     _, seen = _graph_targets(model, torch.randint(vocab, (2, 16), device=META))
     assert sum("fusegrad.norm_forward" in s for s in seen) == 5, seen
     assert sum("fusegrad.norm_backward" in s for s in seen) == 5, seen
-    with pytest.raises(ValueError, match="compiled must be one of 'torch', 'fusegrad', got 'x'"):
-        fusegrad.patch(build("nanogpt", META)[0], compiled="x")
+    for call in (fusegrad.patch, fusegrad.replace_norms):  # refused before anything is swapped
+        with pytest.raises(ValueError, match="compiled must be one of 'torch', 'fusegrad', got 'x'"):
+            call(nn.Sequential(nn.Linear(2, 2)), compiled="x")
 
 
 @pytest.mark.gpu
