@@ -8,6 +8,7 @@ PyTorch's dispatcher in C++).
     y, h = fusegrad.rms_norm(x, w, residual=r)      # fused residual add: h = x + r, y = norm(h)
     fusegrad.replace_norms(model)                   # swap a model's nn.LayerNorm / nn.RMSNorm
     fusegrad.patch(model)                           # nanoGPT / Llama / GPT-2 norms, fused adds
+                                                    # (compiled, the model's own norms run)
 
 Importing needs PyTorch (2.4 or newer) but no GPU. It loads the ops' library (libfusegrad_torch.so,
 built by `pip install --no-build-isolation .` against the installed PyTorch); a missing or broken

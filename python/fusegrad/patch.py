@@ -20,6 +20,11 @@ model in place (the counterpart of Liger-Kernel's apply_liger_kernel_to_llama):
 
 Recognition is by class name and the attributes the swap reads, and for nanoGPT's modules by their
 forward's source, so that a look-alike with other arithmetic is left alone.
+
+Eager, all of this runs fusegrad's kernels. While torch.compile (or torch.export) traces the
+model, with compiled="torch" (the default) the swapped norms run the replaced norms' forward on
+their own parameters and the fused blocks their own forward: the compiled graph is the unpatched
+model's, which Inductor fuses better than it can around fusegrad's opaque ops (modules.py).
 """
 import functools
 import inspect
