@@ -3,12 +3,14 @@ norms it swaps (and that they keep their Parameter objects and state_dict keys),
 fuse a residual add, what it leaves alone, a forward + backward of every patched model on meta
 tensors, and what a compiled graph of a patched model holds: with compiled="torch" (the default)
 the model's own norms, so that on the CPU (torch.compile with a backend that runs the captured
-graph as it is) logits and gradients equal the unpatched model's bit for bit, and with
-compiled="fusegrad" fusegrad's ops (traced on meta tensors). With a GPU (marked `gpu`): logits and every parameter's gradient of the patched model
-against the same model unpatched, in float32 (relative error, norm-wise, within 1e-5 for the
-logits and 1e-4 for the gradients: the same math in another order of rounding) and under bf16
-autocast (within 2e-2 and 5e-2: bf16 matmuls on either side, whose roundings the fused add
-moves), and the same under torch.compile (Inductor) with compiled="fusegrad".
+graph as it is) logits and gradients equal the unpatched model's bit for bit (also after a
+state_dict loaded with assign=True, and after torch.save and torch.load), and with
+compiled="fusegrad" fusegrad's ops (traced on meta tensors). With a GPU (marked `gpu`): logits
+and every parameter's gradient of the patched model against the same model unpatched, in float32
+(relative error, norm-wise, within 1e-5 for the logits and 1e-4 for the gradients: the same math
+in another order of rounding) and under bf16 autocast (within 2e-2 and 5e-2: bf16 matmuls on
+either side, whose roundings the fused add moves), and the same under torch.compile (Inductor)
+with compiled="fusegrad".
 """
 import copy
 
