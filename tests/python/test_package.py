@@ -353,6 +353,48 @@ def test_backward_op_checks_its_dtypes():
                                          stats, stats, 0, False, 0, torch.float32, False, False)
 
 
+# The operators' own checks of what the functions never send (they check or build these first):
+# each refused on meta tensors, by name.
+_X, _S = (lambda: meta(4, 8)), (lambda: torch.empty(4, device=META))
+
+
+@pytest.mark.parametrize("op, make_args, error, pattern", [
+    ("norm_forward", lambda: (_X(), None, None, None, 2, 1e-5, False, 0, True), ValueError,
+     r"^fusegrad::norm_forward: kind must be 0 \(RMSNorm\) or 1 \(LayerNorm\), got 2"),
+    ("norm_forward", lambda: (_X(), None, None, None, 0, 1e-5, False, 5, True), ValueError,
+     r"^fusegrad.rms_norm: reduction must be one of 'auto', 'locked', 'grid', got 5"),
+    ("norm_forward", lambda: (_X(), None, meta(7), None, 1, 1e-5, False, 0, True), ValueError,
+     r"^fusegrad.layer_norm: weight has shape \(7,\), but the input's rows have 8 values: it "
+     r"must have shape \(8,\)"),
+    ("norm_backward", lambda: (_X(), None, _X(), None, _S(), _S(), 3, False, 0, torch.float32,
+                               False, False), ValueError,
+     r"^fusegrad::norm_backward: kind must be 0 \(RMSNorm\) or 1 \(LayerNorm\), got 3"),
+    ("norm_backward", lambda: (meta(4, 9), None, _X(), None, _S(), _S(), 0, False, 0,
+                               torch.float32, False, False), ValueError,
+     r"grad_y is float32 \(4, 9\), the saved input is float32 \(4, 8\)"),
+    ("norm_backward", lambda: (_X(), meta(4, 8, dtype=torch.bfloat16), _X(), None, _S(), _S(), 0,
+                               False, 0, torch.float32, False, False), ValueError,
+     r"grad_h is bfloat16 \(4, 8\), the saved input is float32 \(4, 8\)"),
+    ("norm_backward", lambda: (_X(), None, _X(), None, _S(), torch.empty(3, device=META), 0,
+                               False, 0, torch.float32, False, False), ValueError,
+     r"rstd is float32 \(3,\), expected float32 \(4,\) \(the forward's statistics; a forward "
+     r"run with save_stats=False has none\)"),
+    ("norm_backward", lambda: (_X(), None, _X(), None, torch.empty(0, device=META), _S(), 1,
+                               False, 0, torch.float32, False, False), ValueError,
+     r"mean is float32 \(0,\), expected float32 \(4,\)"),
+    ("norm_backward", lambda: (_X(), None, _X(), meta(7), _S(), _S(), 0, False, 0, torch.float32,
+                               True, False), ValueError,
+     r"weight has shape \(7,\), the input's rows have 8 values"),
+    ("norm_backward", lambda: (_X(), None, _X(), None, _S(), _S(), 0, False, 0, torch.float32,
+                               True, False), ValueError, r"want_dweight without a weight"),
+    ("norm_backward", lambda: (_X(), None, _X(), None, _S(), _S(), 0, False, 3, torch.float32,
+                               False, False), ValueError, r"reduction must be 0, 1 or 2, got 3"),
+])
+def test_operators_refuse_what_the_functions_never_send(op, make_args, error, pattern):
+    with pytest.raises(error, match=pattern):
+        getattr(torch.ops.fusegrad, op)(*make_args())
+
+
 # ---- the C ABI's argument checks (no GPU needed) ------------------------------------------------
 
 ABI_VERSION = 1  # capi/fusegrad_norm.h: FGN_ABI_VERSION

@@ -226,3 +226,17 @@ def test_compiled_model_with_fusegrads_ops_matches_unpatched(precision):
     grads = dict(model.named_parameters())
     for k, p in ref.named_parameters():
         assert rel(grads[k].grad, p.grad) <= tol_grad, k
+
+
+@pytest.mark.parametrize("flags", [["--steps", "1"], ["--warmup", "0"]])
+def test_models_benchmark_refuses_too_few_steps(flags):
+    """bench/norm_torch_models.py needs two timed steps (for its percentiles) and one warm-up
+    step (for the peak memory): it says so before it builds anything."""
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "norm_torch_models.py"
+    done = subprocess.run([sys.executable, str(script), "--nanogpt", "/nonexistent"] + flags,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "--steps must be at least 2 and --warmup at least 1" in done.stderr
