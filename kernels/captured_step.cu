@@ -10,9 +10,10 @@ namespace fg::kernels {
 namespace {
 
 __global__ void step_begin_kernel(StepState* state, const float* loss_sum, const float* norm,
-                                  StepRecord* ring, const AdamWStep* table, int window,
-                                  AdamWStep* current, const DeviceErrorRecord* errors) {
-    if (state->skip) return;  // halted: the halted step's record stays as it was
+                                  const float* stop, StepRecord* ring, const AdamWStep* table,
+                                  int window, AdamWStep* current,
+                                  const DeviceErrorRecord* errors) {
+    if (state->skip) return;  // halted or stopped: the last step's record stays as it was
     const long long s = state->step + 1;
     const int slot = static_cast<int>((s - 1) % window);
     ring[slot] = StepRecord{*loss_sum, *norm};
@@ -22,21 +23,24 @@ __global__ void step_begin_kernel(StepState* state, const float* loss_sum, const
         if (state->halted_at == 0) state->halted_at = s;
         state->skip = 1;
     }
+    if (stop && *stop > 0.0f) state->stopped_at = s;
     current[0] = table[2 * slot];
     current[1] = table[2 * slot + 1];
 }
 
 __global__ void step_end_kernel(StepState* state, unsigned long long philox_per_step) {
-    if (!state->skip) state->step += 1;
+    if (state->skip) return;
+    state->step += 1;
     state->philox_base += philox_per_step;
+    if (state->stopped_at != 0) state->skip = 1;
 }
 
 }  // namespace
 
-void step_begin(StepState* state, const float* loss_sum, const float* norm, StepRecord* ring,
-                const AdamWStep* table, int window, AdamWStep* current) {
-    step_begin_kernel<<<1, 1, 0, stream()>>>(state, loss_sum, norm, ring, table, window, current,
-                                             device_error_record());
+void step_begin(StepState* state, const float* loss_sum, const float* norm, const float* stop,
+                StepRecord* ring, const AdamWStep* table, int window, AdamWStep* current) {
+    step_begin_kernel<<<1, 1, 0, stream()>>>(state, loss_sum, norm, stop, ring, table, window,
+                                             current, device_error_record());
     FG_LAUNCH_CHECK();
 }
 

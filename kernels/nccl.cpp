@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <cstdio>
 #include <stdexcept>
 
 #include "runtime.h"
@@ -37,6 +39,7 @@ struct Communicator {
     cudaStream_t stream = nullptr;
     cudaEvent_t queued = nullptr;  // recorded on fusegrad's stream before each collective
     cudaEvent_t done = nullptr;    // recorded on the communicator's stream at nccl_join
+    cudaEvent_t drained = nullptr;  // recorded on fusegrad's stream by nccl_wait
     bool aborted = false;
 };
 
@@ -83,6 +86,7 @@ void* nccl_communicator(const std::vector<std::uint8_t>& unique_id, int world_si
     FG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     FG_CUDA_CHECK(cudaEventCreateWithFlags(&c->queued, cudaEventDisableTiming));
     FG_CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+    FG_CUDA_CHECK(cudaEventCreateWithFlags(&c->drained, cudaEventDisableTiming));
     try {
         check(ncclCommInitRank(&c->comm, world_size, id, rank), "ncclCommInitRank");
     } catch (...) {
@@ -103,6 +107,7 @@ void nccl_destroy(void* communicator) noexcept {
         else
             ncclCommAbort(c->comm);
     }
+    if (c->drained) cudaEventDestroy(c->drained);
     if (c->done) cudaEventDestroy(c->done);
     if (c->queued) cudaEventDestroy(c->queued);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -138,11 +143,29 @@ void nccl_join(void* communicator) {
     FG_CUDA_CHECK(cudaStreamWaitEvent(stream(), c.done, 0));
 }
 
-void nccl_synchronize(void* communicator, double timeout_s,
-                      const std::function<std::string()>& peers_lost) {
-    nccl_join(communicator);
-    Communicator& c = unwrap(communicator);
+namespace {
+
+// A rank that gives up on the others may not get its error out: with collectives queued inside
+// a captured step's replays, ncclCommAbort was seen to wait for them, and they wait for the lost
+// rank (2 x H100, NCCL 2.28). So the process ends itself, saying why, if the error has not
+// ended it within a few seconds.
+void exit_unless_ended(const std::string& why) {
+    std::thread([why] {
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        std::fprintf(stderr, "error: [nccl] %s; aborting the collectives did not end in 5 s "
+                     "(a captured step's replays wait in them): the process ends without "
+                     "them\n", why.c_str());
+        std::_Exit(1);
+    }).detach();
+}
+
+// The host waits until `event` has happened, checking NCCL's error state, `peers_lost` and the
+// time: on an error, a lost peer or after timeout_s, the communicator is aborted (its kernels
+// stop) and an error says why.
+void wait_for(Communicator& c, cudaEvent_t event, double timeout_s,
+              const std::function<std::string()>& peers_lost) {
     const auto give_up = [&c](const std::string& why) {
+        exit_unless_ended(why);
         ncclCommAbort(c.comm);
         c.comm = nullptr;
         c.aborted = true;
@@ -153,7 +176,7 @@ void nccl_synchronize(void* communicator, double timeout_s,
     // queues the update, so a nap is time lost every step (a poll costs a few microseconds).
     auto nap = std::chrono::microseconds(10);
     for (;;) {
-        const cudaError_t done = cudaEventQuery(c.done);
+        const cudaError_t done = cudaEventQuery(event);
         if (done == cudaSuccess) return;
         if (done != cudaErrorNotReady) FG_CUDA_CHECK(done);
         ncclResult_t async = ncclSuccess;
@@ -173,6 +196,26 @@ void nccl_synchronize(void* communicator, double timeout_s,
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, std::chrono::microseconds(100));
     }
+}
+
+}  // namespace
+
+void nccl_synchronize(void* communicator, double timeout_s,
+                      const std::function<std::string()>& peers_lost) {
+    nccl_join(communicator);
+    Communicator& c = unwrap(communicator);
+    wait_for(c, c.done, timeout_s, peers_lost);
+}
+
+void nccl_wait(void* communicator, void* event, double timeout_s,
+               const std::function<std::string()>& peers_lost) {
+    Communicator& c = unwrap(communicator);
+    cudaEvent_t e = static_cast<cudaEvent_t>(event);
+    if (e == nullptr) {
+        FG_CUDA_CHECK(cudaEventRecord(c.drained, stream()));
+        e = c.drained;
+    }
+    wait_for(c, e, timeout_s, peers_lost);
 }
 
 }  // namespace fg::kernels

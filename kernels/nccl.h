@@ -53,5 +53,10 @@ void nccl_join(void* communicator);
 // why, instead of a hang.
 void nccl_synchronize(void* communicator, double timeout_s,
                       const std::function<std::string()>& peers_lost);
+// The host waits, checking as nccl_synchronize does, until `event` (runtime.h's event_create) has
+// happened, or with a null `event` until all the work queued on fusegrad's stream so far is done:
+// for work that may hold collectives of its own (a captured step's graph).
+void nccl_wait(void* communicator, void* event, double timeout_s,
+               const std::function<std::string()>& peers_lost);
 
 }  // namespace fg::kernels

@@ -21,5 +21,6 @@ void nccl_reduce_scatter_sum(void*, const void*, void*, std::size_t, ScalarType)
 void nccl_all_gather(void*, const void*, void*, std::size_t, ScalarType) { missing(); }
 void nccl_join(void*) { missing(); }
 void nccl_synchronize(void*, double, const std::function<std::string()>&) { missing(); }
+void nccl_wait(void*, void*, double, const std::function<std::string()>&) { missing(); }
 
 }  // namespace fg::kernels

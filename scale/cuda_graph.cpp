@@ -28,8 +28,11 @@ std::string cuda_graph_unsupported(const Config& c, Device device, const Optimiz
     return "";
 }
 
-CapturedStep::CapturedStep(GPT& model, AdamW& opt, const Config& config, std::int64_t seq_len)
-    : model_(model), opt_(opt), config_(config), batch_tokens_(config.train.batch_size * seq_len) {
+CapturedStep::CapturedStep(GPT& model, AdamW& opt, const Config& config, std::int64_t seq_len,
+                           CapturedRanks* ranks)
+    : model_(model), opt_(opt), config_(config), ranks_(ranks),
+      rows_(config.train.batch_size / (ranks ? ranks->world_size() : 1)),
+      batch_tokens_(rows_ * seq_len) {
     const std::int64_t accum = config.train.grad_accum;
     try {
         allocate(accum, seq_len);
@@ -40,36 +43,43 @@ CapturedStep::CapturedStep(GPT& model, AdamW& opt, const Config& config, std::in
 }
 
 void CapturedStep::allocate(std::int64_t accum, std::int64_t seq_len) {
-    const Config& config = config_;
     ScaleBackend& scale = scale_backend("cuda_graph");
     for (std::int64_t i = 0; i < accum; ++i) {
-        inputs_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
-        targets_.push_back(Tensor::empty({config.train.batch_size, seq_len}, DType::i32, Device::cuda));
+        inputs_.push_back(Tensor::empty({rows_, seq_len}, DType::i32, Device::cuda));
+        targets_.push_back(Tensor::empty({rows_, seq_len}, DType::i32, Device::cuda));
     }
     const std::size_t staged = static_cast<std::size_t>(2 * accum * batch_tokens_) * sizeof(std::int32_t);
     for (int slot = 0; slot < 2; ++slot) {
         pinned_[slot] = static_cast<std::int32_t*>(scale.pinned_malloc(staged));
         pinned_ready_[slot] = scale.event_create();
     }
+    if (ranks_) {
+        stop_flag_ = static_cast<float*>(scale.pinned_malloc(sizeof(float)));
+        *stop_flag_ = 0.0f;
+        data_after_.resize(kWindow);
+    }
     const std::size_t state_bytes = round_up16(sizeof(kernels::StepState));
     const std::size_t ring_bytes = round_up16(kWindow * sizeof(kernels::StepRecord));
     const std::size_t table_bytes = round_up16(2 * kWindow * sizeof(kernels::AdamWStep));
-    device_bytes_ = state_bytes + ring_bytes + table_bytes + 2 * sizeof(kernels::AdamWStep);
+    const std::size_t current_bytes = round_up16(2 * sizeof(kernels::AdamWStep));
+    device_bytes_ = state_bytes + ring_bytes + table_bytes + current_bytes + 2 * sizeof(float);
     device_block_ = allocate_bytes(Device::cuda, device_bytes_);
     char* at = static_cast<char*>(device_block_);
     state_ = reinterpret_cast<kernels::StepState*>(at);
     ring_ = reinterpret_cast<kernels::StepRecord*>(at + state_bytes);
     table_ = reinterpret_cast<kernels::AdamWStep*>(at + state_bytes + ring_bytes);
     current_ = reinterpret_cast<kernels::AdamWStep*>(at + state_bytes + ring_bytes + table_bytes);
+    rank_sums_ = reinterpret_cast<float*>(at + state_bytes + ring_bytes + table_bytes + current_bytes);
 }
 
 CapturedStep::~CapturedStep() { release(); }
 
 void CapturedStep::release() noexcept {
-    CudaBackend* cuda = cuda_backend_or_null();
-    if (!cuda) return;
+    if (!cuda_backend_or_null()) return;
     try {
-        cuda->synchronize();  // the last replay and copies are done with what is freed below
+        // The last replay and copies are done with what is freed below (ranks: or the wait
+        // gave up on a lost rank, and aborted the collectives a replay waits in).
+        wait(nullptr);
     } catch (...) {
         // A device error is reported by whoever synchronises next; freeing goes on.
     }
@@ -84,13 +94,24 @@ void CapturedStep::release() noexcept {
         pinned_[slot] = nullptr;
         pinned_ready_[slot] = nullptr;
     }
+    scale.pinned_free(stop_flag_);
+    stop_flag_ = nullptr;
     if (device_block_) free_bytes(Device::cuda, device_block_, device_bytes_);
     device_block_ = nullptr;
 }
 
+void CapturedStep::wait(void* event) {
+    if (ranks_)
+        ranks_->wait(event);
+    else if (event)
+        scale_backend("cuda_graph").event_synchronize(event);
+    else
+        cuda_backend("cuda_graph").synchronize();
+}
+
 void CapturedStep::refill_table(std::int64_t first_step) {
     CudaBackend& cuda = cuda_backend("cuda_graph");
-    cuda.synchronize();  // queued replays may still read the table
+    wait(nullptr);  // queued replays may still read the table
     const Config& c = config_;
     std::vector<kernels::AdamWStep> table(2 * kWindow);
     for (std::int64_t s = first_step + 1; s <= first_step + kWindow; ++s) {
@@ -106,15 +127,36 @@ void CapturedStep::refill_table(std::int64_t first_step) {
     table_first_ = first_step;
 }
 
+void CapturedStep::begin() {
+    if (ranks_) ranks_->step_begin();
+}
+
 Batch CapturedStep::micro_batch(std::int64_t micro) {
     const auto i = static_cast<std::size_t>(micro);
     return Batch{inputs_[i], targets_[i]};
 }
 
+void CapturedStep::before_last_backward() {
+    if (ranks_) ranks_->before_last_backward();
+}
+
+GradNorm CapturedStep::gradients_done(const Tensor& loss_sum, GPT& model, double max_norm) {
+    if (ranks_) {
+        // The flag as the host left it when this replay reaches the copy.
+        cuda_backend("cuda_graph").copy_device_to_device(rank_sums_, loss_sum.raw_data(),
+                                                          sizeof(float));
+        scale_backend("cuda_graph").copy_pinned_to_device(rank_sums_ + 1, stop_flag_,
+                                                          sizeof(float));
+        ranks_->exchange_done(rank_sums_, 2);
+    }
+    return StepHooks::gradients_done(loss_sum, model, max_norm);
+}
+
 void CapturedStep::update(const Tensor& loss_sum, const GradNorm& clip) {
     ScaleBackend& scale = scale_backend("cuda_graph");
-    scale.step_begin(state_, loss_sum.data<float>(), clip.norm.data<float>(), ring_, table_,
-                    kWindow, current_);
+    // Ranks: the loss summed over them (collect() divides), and their summed stop requests.
+    scale.step_begin(state_, ranks_ ? rank_sums_ : loss_sum.data<float>(), clip.norm.data<float>(),
+                     ranks_ ? rank_sums_ + 1 : nullptr, ring_, table_, kWindow, current_);
     opt_.step_on_device(clip.coef, current_, &state_->skip);
     // The dropout counters this step drew (relative to the base: see capture()), rounded up to
     // a multiple of 4 as the next eager draw would round its offset.
@@ -132,19 +174,29 @@ void CapturedStep::capture(std::int64_t done) {
     Generator& dropout = default_generator();
     const std::uint64_t seed = dropout.seed(), original = dropout.offset();
     const std::uint64_t base = round_up4(original);
-    const kernels::StepState start{opt_.steps(), base, 0, 0, 0};
+    const kernels::StepState start{opt_.steps(), base, 0, 0, 0, 0};
     cuda.copy_host_to_device(state_, &start, sizeof start);
     // While captured, the dropout generator counts from 0 and the kernels add the device's base.
     dropout.set_state(seed, 0);
     scale.set_philox_offset_base(&state_->philox_base);
     pool_ = create_graph_pool();
+    bool told = false;  // ranks: the others know how this rank's capture went
     try {
-        GraphMemoryScope memory(pool_);
-        scale.begin_capture();
-        training_step(model_, opt_, config_.train.grad_accum, config_.optim.grad_clip, *this);
-        graph_ = scale.end_capture();
+        {
+            GraphMemoryScope memory(pool_);
+            scale.begin_capture();
+            training_step(model_, opt_, config_.train.grad_accum, config_.optim.grad_clip, *this);
+            graph_ = scale.end_capture();
+        }
+        told = true;
+        // Every rank replays, or none: a rank stepping eagerly would meet no collective of a
+        // replay.
+        FG_CHECK(!ranks_ || ranks_->all(true), "cuda_graph", "another rank could not capture "
+                 "its step");
     } catch (const std::exception& e) {
         scale.abort_capture();
+        scale.destroy_graph(graph_);
+        graph_ = nullptr;
         scale.set_philox_offset_base(nullptr);
         dropout.set_state(seed, original);
         opt_.zero_grad();  // the gradients the capture left belong to its pool
@@ -155,6 +207,7 @@ void CapturedStep::capture(std::int64_t done) {
         }
         release_graph_pool(pool_);
         pool_ = 0;
+        if (ranks_ && !told) ranks_->all(false);
         throw CaptureFailed(e.what());
     }
     scale.set_philox_offset_base(nullptr);
@@ -170,12 +223,14 @@ void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_
     // Stage the batches: drawn on the host exactly as the eager step draws them.
     const Generator data_before = data_gen;
     const int slot = static_cast<int>(done % 2);
-    scale.event_synchronize(pinned_ready_[slot]);  // its previous copy has run
+    wait(pinned_ready_[slot]);  // its previous copy has run
     std::int32_t* host = pinned_[slot];
     const std::int64_t accum = config_.train.grad_accum;
     const std::size_t bytes = static_cast<std::size_t>(batch_tokens_) * sizeof(std::int32_t);
     for (std::int64_t micro = 0; micro < accum; ++micro) {
-        Batch b = data.batch(Split::train, config_.train.batch_size, data_gen, Device::cpu);
+        const std::int64_t rows = config_.train.batch_size;  // ranks: each keeps its share
+        Batch b = ranks_ ? ranks_->draw(data, rows, data_gen, Device::cpu)
+                         : data.batch(Split::train, rows, data_gen, Device::cpu);
         std::memcpy(host + (2 * micro) * batch_tokens_, b.inputs.data<std::int32_t>(), bytes);
         std::memcpy(host + (2 * micro + 1) * batch_tokens_, b.targets.data<std::int32_t>(), bytes);
     }
@@ -185,6 +240,10 @@ void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_
                                     bytes);
     }
     scale.event_record(pinned_ready_[slot]);
+    if (ranks_) {
+        data_after_[static_cast<std::size_t>((done + 1) % kWindow)] = data_gen;
+        *stop_flag_ = ranks_->stop_requested() ? 1.0f : 0.0f;
+    }
     if (!graph_) {
         try {
             capture(done);
@@ -204,19 +263,29 @@ CapturedStep::Collected CapturedStep::collect() {
     CudaBackend& cuda = cuda_backend("cuda_graph");
     kernels::StepState state{};
     std::vector<kernels::StepRecord> ring(kWindow);
-    cuda.copy_device_to_host(&state, state_, sizeof state);  // waits for the queued steps
+    wait(nullptr);  // for the queued steps
+    cuda.copy_device_to_host(&state, state_, sizeof state);
     cuda.copy_device_to_host(ring.data(), ring_, ring.size() * sizeof(kernels::StepRecord));
     const std::int64_t last = first_pending_ + pending_ - 1;
     FG_CHECK(state.halted_at == 0 || state.halted_at >= first_pending_, "cuda_graph",
              "internal error: replays went on after the halt at step ", state.halted_at);
     out.first_step = first_pending_;
     out.halted_at = state.halted_at;
-    for (std::int64_t s = first_pending_; s <= last; ++s) {
-        if (state.halted_at != 0 && s > state.halted_at) break;
+    out.stopped_at = state.stopped_at;
+    std::int64_t end = last;  // the halted step, or the last that updated
+    if (state.halted_at != 0) {
+        end = state.halted_at;
+    } else if (state.stopped_at != 0) {
+        end = state.stopped_at;
+        out.data_at_stop = data_after_[static_cast<std::size_t>(end % kWindow)];
+    }
+    const int ranks = ranks_ ? ranks_->world_size() : 1;
+    for (std::int64_t s = first_pending_; s <= end; ++s) {
         const kernels::StepRecord& r = ring[static_cast<std::size_t>((s - 1) % kWindow)];
-        // The mean as the eager step computes it: the float sum, divided in double.
+        // The mean as the eager step computes it: the float sum, divided in double (ranks: the
+        // sum of theirs).
         out.losses.push_back(static_cast<double>(r.loss_sum) /
-                             static_cast<double>(config_.train.grad_accum));
+                             static_cast<double>(config_.train.grad_accum * ranks));
         out.norms.push_back(r.norm);
     }
     opt_.set_steps(state.step);

@@ -29,6 +29,14 @@
 // Trainer::run call (the trainer destroys it at the end, and after a non-finite stop).
 // The dropout generator's offset, at capture, is rounded up to a multiple of 4, as the eager
 // step's next dropout draw would round it (so the masks are the same).
+// Several ranks (CapturedRanks, from the wing) capture their exchange too: NCCL's collectives
+// join the graph, the host's wait for them becomes the stream's (Collectives::join), and each
+// rank's loss and stop request (a flag in page-locked memory that the graph copies at each
+// replay) are summed over the ranks on the device, where the one-GPU step reads its loss. The
+// ranks' device states then agree on the stop step; the hosts, meeting the devices at the same
+// steps, all see it at the same meeting: the steps queued after it change nothing, and each
+// host goes back to it (its step, its data generator). Every host wait is bounded and watches
+// the other ranks, as the exchange's own waits do.
 // Captured or not, a step does the same arithmetic: tests/gpu/test_gpu_cuda_graph.cpp compares
 // the two bit for bit.
 #pragma once
@@ -51,6 +59,27 @@ namespace fg {
 // Why this run's steps cannot be captured ("" when they can): the reason the log gives.
 std::string cuda_graph_unsupported(const Config& config, Device device, const Optimizer& opt);
 
+// What several ranks add to a captured step (the wing gives one; one process has none). The
+// first four are the wing's eager methods of the same names (train/wing.h).
+class CapturedRanks {
+public:
+    virtual ~CapturedRanks() = default;
+    virtual int world_size() const = 0;
+    virtual void step_begin() = 0;            // the gradients were just dropped
+    virtual void before_last_backward() = 0;  // the last micro-batch's backward completes them
+    // A micro-batch of `rows` rows drawn with `gen`: this rank's share of it, on `device`.
+    virtual Batch draw(const Dataset& data, std::int64_t rows, Generator& gen, Device device) = 0;
+    // Queues on the stream: `values` (n f32 on the device) summed over the ranks in place, and
+    // the end of the gradients' exchange; the host does not wait.
+    virtual void exchange_done(float* values, std::size_t n) = 0;
+    // The host waits for `event` (null: all the work queued so far), bounded and watching the
+    // other ranks.
+    virtual void wait(void* event) = 0;
+    // Whether `ok` on every rank (each rank calls it at the same point).
+    virtual bool all(bool ok) = 0;
+    virtual bool stop_requested() const = 0;  // this rank's (Ctrl-C, SIGTERM)
+};
+
 // The queued steps of train/wing.h. The step's body is training_step (train/step.h); these are
 // its hooks for a replay. kWindow: steps between two reads of the ring by the host, at most (and
 // the factor table's length).
@@ -58,9 +87,10 @@ class CapturedStep final : public QueuedSteps, private StepHooks {
 public:
 
     // For `model` trained by `opt` (AdamW, on CUDA) on batches of config.train.batch_size x
-    // seq_len tokens, config.train.grad_accum of them a step. Allocates the fixed buffers; the
-    // graph is captured at the first enqueue.
-    CapturedStep(GPT& model, AdamW& opt, const Config& config, std::int64_t seq_len);
+    // seq_len tokens, config.train.grad_accum of them a step, by one process or by `ranks`.
+    // Allocates the fixed buffers; the graph is captured at the first enqueue.
+    CapturedStep(GPT& model, AdamW& opt, const Config& config, std::int64_t seq_len,
+                 CapturedRanks* ranks = nullptr);
     ~CapturedStep();
     CapturedStep(const CapturedStep&) = delete;
     CapturedStep& operator=(const CapturedStep&) = delete;
@@ -68,13 +98,15 @@ public:
     // Queues the step after `done` steps: draws its batches from `data` with `data_gen`, stages
     // them and replays the graph (capturing it first, the first time). Waits for the GPU only
     // for the batch copy of two steps back and, every kWindow steps, the refill of the factor
-    // table. Throws CaptureFailed when the capture fails: then the generators, the optimizer and
-    // the gradients are as they were before the call, and the caller runs the step eagerly.
+    // table. Throws CaptureFailed when the capture fails (ranks: on any rank): then the
+    // generators, the optimizer and the gradients are as they were before the call, and the
+    // caller runs the step eagerly.
     void enqueue(const Dataset& data, Generator& data_gen, std::int64_t done) override;
 
     // Waits for the queued steps and returns their losses and norms in order (then forgets
     // them); the optimizer's step count and the dropout generator are brought up to date.
-    // `halted_at` is 0, or the first step whose loss or norm was not finite (the last returned).
+    // `halted_at` is 0, or the first step whose loss or norm was not finite (the last returned);
+    // `stopped_at` likewise the ranks' agreed stop.
     Collected collect() override;
     int pending() const override { return pending_; }
     bool captured() const override { return graph_ != nullptr; }
@@ -83,7 +115,12 @@ private:
     void capture(std::int64_t done);
     void allocate(std::int64_t accum, std::int64_t seq_len);  // the buffers
     void release() noexcept;  // what allocate and capture made
-    Batch micro_batch(std::int64_t micro) override;  // the fixed device buffers
+    void wait(void* event);  // for `event`, or with null for all the queued work
+    // The step's hooks (train/step.h): the fixed device buffers, and the ranks' exchange.
+    void begin() override;
+    Batch micro_batch(std::int64_t micro) override;
+    void before_last_backward() override;
+    GradNorm gradients_done(const Tensor& loss_sum, GPT& model, double max_norm) override;
     // The device's step counter picks the learning rate's factors from the table; a non-finite
     // loss or norm is recorded, and turns this and every later update into nothing.
     void update(const Tensor& loss_sum, const GradNorm& clip) override;
@@ -92,7 +129,9 @@ private:
     GPT& model_;
     AdamW& opt_;
     const Config& config_;
-    std::int64_t batch_tokens_;  // B x T of one micro-batch
+    CapturedRanks* ranks_;       // null: one process
+    std::int64_t rows_;          // B of one micro-batch (ranks: of this rank's share)
+    std::int64_t batch_tokens_;  // B x T
     std::vector<Tensor> inputs_, targets_;  // fixed device buffers, one pair a micro-batch
     std::int32_t* pinned_[2] = {nullptr, nullptr};  // inputs then targets of every micro-batch
     void* pinned_ready_[2] = {nullptr, nullptr};    // events: the slot's last copy has run
@@ -104,6 +143,9 @@ private:
     kernels::StepRecord* ring_ = nullptr;
     kernels::AdamWStep* table_ = nullptr;
     kernels::AdamWStep* current_ = nullptr;
+    float* rank_sums_ = nullptr;  // ranks: the loss sum and the stop requests, summed over them
+    float* stop_flag_ = nullptr;  // ranks: page-locked, this rank's stop request (0 or 1)
+    std::vector<Generator> data_after_;  // ranks: the data generator after each queued step
     std::int64_t table_first_ = -1;  // the table holds steps table_first_ + 1 .. + kWindow
     void* graph_ = nullptr;          // the executable graph
     int pool_ = 0;                   // its memory pool

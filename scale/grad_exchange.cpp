@@ -177,6 +177,7 @@ public:
     void wait() override {
         scale().nccl_synchronize(comm_, timeout_s_, [this] { return group_.peers_lost(); });
     }
+    void join() override { scale().nccl_join(comm_); }
     void sum_on_host(double* values, std::size_t n) override { group_.all_reduce_sum(values, n); }
 
 private:
@@ -324,7 +325,7 @@ void GradientExchange::start(std::size_t b) {
     }
 }
 
-void GradientExchange::finish() {
+void GradientExchange::finish(bool on_host) {
     NoGradGuard no_grad;
     if (attached_) {
         // The attached gradients all exist (with old values where no backward wrote): whether a
@@ -344,7 +345,10 @@ void GradientExchange::finish() {
     while (started_ < layout_.size()) start(started_++);
     armed_ = false;
     started_ = 0;
-    comm_.wait();
+    if (on_host)
+        comm_.wait();
+    else
+        comm_.join();
     const double share = 1.0 / static_cast<double>(world_);
     if (zero_) {
         shard_grads_ = scale(cast(shard_sums_, DType::f32), share);

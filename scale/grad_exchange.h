@@ -44,6 +44,9 @@ public:
     virtual void all_gather(const float* in, float* out, std::size_t n) = 0;
     // Returns once the calls queued so far are done; rethrows the first failure.
     virtual void wait() = 0;
+    // What comes after on fusegrad's stream waits for the calls queued so far: NCCL's, on the
+    // GPU (the host goes on: how a captured step ends its exchange); TCP's, as wait().
+    virtual void join() { wait(); }
     // Host values summed over the ranks at once (blocking, in rank order: every rank gets the
     // same bits), after wait().
     virtual void sum_on_host(double* values, std::size_t n) = 0;
@@ -78,12 +81,13 @@ public:
     // (the trainer arms the last micro-batch of a step; earlier ones only add up gradients), by
     // a post-accumulate hook on every parameter (removed by the destructor).
     void arm();
-    // Starts the buckets not started yet (all of them without arm()), waits for the sums and
-    // leaves the gradients averaged over the ranks: without ZeRO in every parameter's grad();
-    // with ZeRO in shard_grads(), the parameters' gradients dropped. A parameter no backward of
+    // Starts the buckets not started yet (all of them without arm()), waits for the sums (the
+    // host, or with `on_host` false only the stream: Collectives::join) and leaves the
+    // gradients averaged over the ranks: without ZeRO in every parameter's grad(); with ZeRO in
+    // shard_grads(), the parameters' gradients dropped. A parameter no backward of
     // the step reached is an error naming it (one process's AdamW would skip it; the ranks
     // cannot know that another rank's did not).
-    void finish();
+    void finish(bool on_host = true);
 
     bool zero() const { return zero_; }
     DType wire() const { return wire_; }

@@ -187,15 +187,36 @@ void ScaleWing::step_done(double wall_ms) {
 
 std::string ScaleWing::queued_steps_unsupported(const Config& c, Device device,
                                                 const Optimizer& opt) const {
-    if (group_ && device == Device::cuda)
-        return "several ranks: the gradients' exchange is not part of the captured step yet";
+    if (exchange_ && exchange_->zero() && device == Device::cuda)
+        return "ZeRO-1 (train.zero: 1): its sharded update and the weights' gather are not part "
+               "of the captured step";
     return cuda_graph_unsupported(c, device, opt);
 }
 
 std::unique_ptr<QueuedSteps> ScaleWing::queue_steps(GPT& model, Optimizer& opt,
                                                     const Config& c, std::int64_t seq_len) {
-    return std::make_unique<CapturedStep>(model, static_cast<AdamW&>(opt), c, seq_len);
+    CapturedRanks* ranks = group_ ? this : nullptr;
+    return std::make_unique<CapturedStep>(model, static_cast<AdamW&>(opt), c, seq_len, ranks);
 }
+
+// The small sum rides behind the buckets the backward started, before those finish() starts.
+void ScaleWing::exchange_done(float* values, std::size_t n) {
+    collectives_->all_reduce_sum(values, n, DType::f32);
+    exchange_->finish(false);
+}
+
+void ScaleWing::wait(void* event) {
+    scale_backend("train").nccl_wait(nccl_.get(), event, kRanksTimeoutSeconds,
+                                     [this] { return group_->peers_lost(); });
+}
+
+bool ScaleWing::all(bool ok) {
+    double failed = ok ? 0.0 : 1.0;
+    group_->all_reduce_sum(&failed, 1);
+    return failed == 0.0;
+}
+
+bool ScaleWing::stop_requested() const { return Trainer::stop_requested(); }
 
 EvalShare ScaleWing::eval_share() {
     EvalShare share;

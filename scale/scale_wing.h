@@ -1,12 +1,14 @@
 // scale/scale_wing.h: the wing for scale, as the trainer sees it (train/wing.h): several ranks
 // (their rendezvous, one GPU each, the gradients' exchange during the backward, ZeRO-1's sharded
-// AdamW, the agreed stop, identical weights checked at the end), the one-GPU step captured as a
-// CUDA graph (cuda_graph.h) and the phases of eager steps timed (step_phases.h). The fusegrad
+// AdamW, the agreed stop, identical weights checked at the end), the step captured as a CUDA
+// graph (cuda_graph.h; ranks without ZeRO-1 capture their exchange too) and the phases of eager
+// steps timed (step_phases.h). The fusegrad
 // command hands one to every Trainer it makes.
 #pragma once
 
 #include <memory>
 
+#include "cuda_graph.h"
 #include "distributed.h"
 #include "grad_exchange.h"
 #include "step_phases.h"
@@ -14,7 +16,9 @@
 
 namespace fg {
 
-class ScaleWing final : public Wing {
+// Its CapturedRanks side is what a rank's captured step asks of it (step_begin and
+// before_last_backward serve both sides).
+class ScaleWing final : public Wing, private CapturedRanks {
 public:
     ScaleWing();  // this process's rank among WORLD_SIZE (distributed_env())
     ~ScaleWing() override;
@@ -44,6 +48,10 @@ public:
     void run_end(std::ostream& log, std::int64_t step) override;
 
 private:
+    void exchange_done(float* values, std::size_t n) override;
+    void wait(void* event) override;
+    bool all(bool ok) override;
+    bool stop_requested() const override;
     // Stops the run when the ranks' weights are not bitwise identical (they must be).
     void check_replicas_identical(std::ostream& log, std::int64_t step);
 

@@ -6,8 +6,12 @@
 #      run's (fp32: within 1e-3; bf16: within bf16's own noise, as `compare` below defines it
 #      from the one-GPU bf16 run), the two ranks' weights bitwise identical after step 50 (the
 #      trainer's hash), every bucket's exchange started during the backward;
+#      without ZeRO-1 the ranks replay their step as a CUDA graph, exchange included, and end
+#      with the same weights, bit for bit, as ranks stepping eagerly;
 #   2. the ZeRO-1 run's checkpoint resumes on one GPU;
-#   3. a rank killed with SIGKILL mid-run stops the other within 20 s, saying why.
+#   3. a rank killed with SIGKILL mid-run stops the other within 20 s, saying why;
+#   4. SIGTERM to the launcher of captured ranks: both stop after the same step, which rank 0
+#      saves as that step left it (no later step logged, the data generator at that step).
 # Skipped (exit 77) on a machine with fewer than two GPUs or a build without NCCL.
 set -euo pipefail
 source "$(dirname "$0")/kill_rank.sh"  # kill_rank_1
@@ -83,6 +87,8 @@ for precision in fp32 bf16; do
             { cat "$work/$run.log"; exit 1; }
         grep -q "ranks: the 2 ranks' weights are identical after step 50" "$work/$run.log" ||
             { cat "$work/$run.log"; exit 1; }
+        [ $zero = 1 ] && graph="launched one kernel at a time (ZeRO-1" || graph="captured as one CUDA graph"
+        grep -q "^steps: $graph" "$work/$run.log" || { cat "$work/$run.log"; exit 1; }
         line=$(grep "^ranks: the last step started" "$work/$run.log")
         read -r started of buckets <<< "$(sed 's/.*started \([0-9]*\) of \([0-9]*\) .*/\1 of \2/' <<< "$line")"
         [ "$started" = "$buckets" ] && [ "$buckets" -gt 3 ] || { echo "$run: $line"; exit 1; }
@@ -95,6 +101,16 @@ for precision in fp32 bf16; do
     done
 done
 # (A loss curve out of bounds fails the test at the end: the resume and the kill below run anyway.)
+# The captured ranks' weights are the eager ranks' (the xxh3 of both ranks' weights, checked
+# equal on each run).
+"$bin" train configs/addition.yaml "${sets[@]}" --set train.precision=fp32 --ranks 2 \
+    --set kernels.cuda_graph=false --set train.out_dir="$work/two_eager" > "$work/two_eager.log" 2>&1 ||
+    { cat "$work/two_eager.log"; exit 1; }
+hash_of() { grep -o "weights are identical after step 50 (xxh3 [0-9a-f]*)" "$1"; }
+[ -n "$(hash_of "$work/two_eager.log")" ] &&
+    [ "$(hash_of "$work/two_eager.log")" = "$(hash_of "$work/two_fp32_zero0.log")" ] ||
+    { echo "captured ranks: $(hash_of "$work/two_fp32_zero0.log"); eager ranks:" \
+           "$(hash_of "$work/two_eager.log")"; exit 1; }
 
 # 2. ZeRO-1's checkpoint (AdamW's state gathered whole) resumes on one GPU.
 "$bin" train --resume "$work/two_fp32_zero1" --set train.steps=60 --set train.ranks_may_change=true \
@@ -116,7 +132,44 @@ rank0=$!
 kill_rank_1 "$work/killed" "$work/k0.log" $rank0 $rank1 20 20 \
     "did another rank stop|closed its connection"
 
+# 4. SIGTERM to the launcher of two ranks replaying their captured step: the state saved is
+#    that of the same run stopped at that step by --max-steps (weights bit for bit, the
+#    optimizer's steps, the data and dropout generators), and no later step was logged.
+"$bin" train configs/addition.yaml "${long[@]}" --ranks 2 --set train.out_dir="$work/term" \
+    > "$work/term.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do
+    [ "$(cat "$work/term/metrics.jsonl" 2>/dev/null | grep -c '"ms"')" -ge 64 ] && break
+    sleep 0.1
+done
+kill -TERM $launcher
+status=0
+wait $launcher || status=$?
+[ $status -eq 130 ] || { cat "$work/term.log"; echo "the launcher exited $status, not 130"; exit 1; }
+grep -q "^steps: captured as one CUDA graph" "$work/term.log" || { cat "$work/term.log"; exit 1; }
+stop=$(sed -n 's/^stopped at step \([0-9]*\); checkpoint saved.*/\1/p' "$work/term.log")
+[ -n "$stop" ] || { cat "$work/term.log"; exit 1; }
+"$bin" train configs/addition.yaml "${long[@]}" --ranks 2 --max-steps "$stop" \
+    --set train.out_dir="$work/until" > "$work/until.log" 2>&1 || { cat "$work/until.log"; exit 1; }
+weights() { grep -o "weights are identical after step $stop (xxh3 [0-9a-f]*)" "$1"; }
+[ -n "$(weights "$work/term.log")" ] && [ "$(weights "$work/term.log")" = "$(weights "$work/until.log")" ] ||
+    { echo "SIGTERM: $(weights "$work/term.log"); --max-steps $stop: $(weights "$work/until.log")"; exit 1; }
+python3 - "$work/term" "$work/until" "$stop" <<'PY' || exit 1
+import json, struct, sys
+def state(run):
+    folder = json.load(open(run + "/checkpoint.json"))["folder"].split("/")[-1]
+    with open("%s/checkpoints/%s/train_state.safetensors" % (run, folder), "rb") as f:
+        meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+    keys = ("step", "optimizer_steps", "data_offset", "dropout_offset")
+    return {k: meta[k] for k in keys}
+term, until, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
+last = json.loads([l for l in open(term + "/metrics.jsonl") if '"ms"' in l][-1])["step"]
+if last != stop or state(term) != state(until):
+    sys.exit("stopped at %d, last step logged %d; saved %s, --max-steps saved %s"
+             % (stop, last, state(term), state(until)))
+PY
+
 [ "$failed" = 0 ] || exit 1
 echo "two GPUs against one:$summary identical weights, every bucket exchanged during the" \
-     "backward; the ZeRO-1 checkpoint resumes on one GPU; a killed rank stops the other in" \
-     "$stopped_in s"
+     "backward, captured ranks' weights the eager ranks'; the ZeRO-1 checkpoint resumes on one" \
+     "GPU; a killed rank stops the other in $stopped_in s; SIGTERM stopped both after step $stop"

@@ -476,6 +476,12 @@ void Trainer::collect_queued_steps() {
         last_norm_ = norm;
         report_step(step, loss, lr, norm, ms);
     }
+    if (got.stopped_at != 0) {  // as after an eager step's agreed stop
+        step_ = got.stopped_at;
+        data_gen_ = got.data_at_stop;
+        stop_agreed_ = true;
+        request_stop();
+    }
 }
 
 EvalResult Trainer::evaluate() {

@@ -39,6 +39,10 @@ public:
         std::vector<double> losses, norms;  // of each step: the mean loss, the gradient norm
         std::int64_t first_step = 0;        // the step of losses[0]
         std::int64_t halted_at = 0;  // 0, or the first step whose loss or norm was not finite
+        // Several ranks: 0, or the step after which they agreed to stop (the steps queued after
+        // it changed nothing), and the data generator as that step left it.
+        std::int64_t stopped_at = 0;
+        Generator data_at_stop;
     };
     // Steps between two collects, at most.
     static constexpr int kWindow = 64;
