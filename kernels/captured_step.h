@@ -15,21 +15,27 @@ struct StepState {
     unsigned long long philox_base;    // dropout counters' base (runtime.h's philox_offset_base)
     long long halted_at;               // 0, or the first step whose loss or norm was not finite
     long long stopped_at;              // 0, or the step after which the ranks agreed to stop
-    int skip;                          // 1 from either on: the update changes nothing
+    int skip;                          // 1: the update changes nothing (from the halted step on,
+                                       // after the stop step)
     int padding;
 };
 struct StepRecord {
-    float loss_sum;  // the step's losses summed over its micro-batches
+    float loss_sum;  // the step's losses summed over its micro-batches (and over the ranks)
     float norm;      // the gradients' global norm
 };
 // Before the update (one thread; nothing once skipping): records step s = state->step + 1 in
 // ring[(s - 1) % window] (*loss_sum and *norm); if either is not finite, or a kernel has
-// recorded bad input (runtime.h's device error record), sets halted_at = s and skip; where
-// `stop` (several ranks: the sum of their stop requests; else null) is above 0, sets
-// stopped_at = s (this step updates, the later ones not); copies the step's factors,
-// table[2 ((s - 1) % window)] (decayed) and the next (plain), to current[0] and current[1].
+// recorded bad input (runtime.h's device error record; several ranks: `bad_input`, the sum of
+// their records' codes), sets halted_at = s and skip; where `stop` (several ranks: the sum of
+// their stop requests; else null) is above 0, sets stopped_at = s (this step updates, the
+// later ones not); copies the step's factors, table[2 ((s - 1) % window)] (decayed) and the
+// next (plain), to current[0] and current[1].
 void step_begin(StepState* state, const float* loss_sum, const float* norm, const float* stop,
-                StepRecord* ring, const AdamWStep* table, int window, AdamWStep* current);
+                const int* bad_input, StepRecord* ring, const AdamWStep* table, int window,
+                AdamWStep* current);
+// Where kernels record the code of bad input they find (runtime.h's device error record; 0:
+// none), for several ranks' captured step to sum it over them.
+const int* device_error_code();
 // After the update (one thread): unless skipped, state->step += 1 and the dropout base moves on
 // by `philox_per_step` counters (so both stay those of the last step that updated); after the
 // stop step, skip.

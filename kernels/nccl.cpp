@@ -4,13 +4,14 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
-#include <cstdio>
 #include <stdexcept>
+#include <thread>
 
 #include "runtime.h"
 
@@ -29,7 +30,8 @@ ncclDataType_t nccl_type(ScalarType t) {
     if (t == ScalarType::f32) return ncclFloat32;
     if (t == ScalarType::bf16) return ncclBfloat16;
     if (t == ScalarType::f16) return ncclFloat16;
-    throw std::invalid_argument("[nccl] exchanges f32, bf16 or f16 values only");
+    if (t == ScalarType::i32) return ncclInt32;
+    throw std::invalid_argument("[nccl] exchanges f32, bf16, f16 or i32 values only");
 }
 
 // What nccl_communicator hands out: NCCL's communicator, the stream its collectives run on, and
@@ -146,12 +148,13 @@ void nccl_join(void* communicator) {
 namespace {
 
 // A rank that gives up on the others may not get its error out: with collectives queued inside
-// a captured step's replays, ncclCommAbort was seen to wait for them, and they wait for the lost
-// rank (2 x H100, NCCL 2.28). So the process ends itself, saying why, if the error has not
-// ended it within a few seconds.
-void exit_unless_ended(const std::string& why) {
-    std::thread([why] {
+// a captured step's replays, ncclCommAbort was seen never to return (they wait for the lost
+// rank; 2 x H100, NCCL 2.28). So the process ends itself, saying why, unless `aborted` is set
+// within 5 s.
+void exit_unless_aborted(const std::string& why, std::shared_ptr<std::atomic<bool>> aborted) {
+    std::thread([why, aborted] {
         std::this_thread::sleep_for(std::chrono::seconds(5));
+        if (*aborted) return;
         std::fprintf(stderr, "error: [nccl] %s; aborting the collectives did not end in 5 s "
                      "(a captured step's replays wait in them): the process ends without "
                      "them\n", why.c_str());
@@ -165,8 +168,10 @@ void exit_unless_ended(const std::string& why) {
 void wait_for(Communicator& c, cudaEvent_t event, double timeout_s,
               const std::function<std::string()>& peers_lost) {
     const auto give_up = [&c](const std::string& why) {
-        exit_unless_ended(why);
+        auto aborted = std::make_shared<std::atomic<bool>>(false);
+        exit_unless_aborted(why, aborted);
         ncclCommAbort(c.comm);
+        *aborted = true;
         c.comm = nullptr;
         c.aborted = true;
         throw CudaError("[nccl] " + why + "; the communicator was aborted");

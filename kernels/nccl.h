@@ -33,7 +33,7 @@ void nccl_destroy(void* communicator) noexcept;
 // queued there afterwards: how the gradients' exchange overlaps the backward. nccl_join makes
 // fusegrad's stream wait for every collective queued so far; until then, work on fusegrad's
 // stream must not touch their buffers. Every rank must queue the same collectives in the same
-// order. Types: f32, bf16 or f16.
+// order. Types: f32, bf16, f16 or i32.
 // Sums `count` values in place over the ranks; every rank gets the same bits.
 void nccl_all_reduce_sum(void* communicator, void* data, std::size_t count, ScalarType type);
 // Sums `in` (world_size * count values) over the ranks and leaves this rank's slice of the sums
@@ -50,7 +50,8 @@ void nccl_join(void* communicator);
 // waits NCCL's asynchronous error state and `peers_lost` (which says why the other ranks are
 // gone, or "": NCCL does not notice a peer that died on the same host): on an error, a lost
 // peer or after timeout_s, the communicator is aborted (its kernels stop) and an error says
-// why, instead of a hang.
+// why, instead of a hang; where the abort itself does not end within 5 s (collectives queued
+// in a captured step's later replays), the process ends, saying why.
 void nccl_synchronize(void* communicator, double timeout_s,
                       const std::function<std::string()>& peers_lost);
 // The host waits, checking as nccl_synchronize does, until `event` (runtime.h's event_create) has

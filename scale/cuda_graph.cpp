@@ -54,6 +54,7 @@ void CapturedStep::allocate(std::int64_t accum, std::int64_t seq_len) {
         pinned_ready_[slot] = scale.event_create();
     }
     if (ranks_) {
+        // Rewritten by the host while a replay's copy may read it: a float, read whole or not.
         stop_flag_ = static_cast<float*>(scale.pinned_malloc(sizeof(float)));
         *stop_flag_ = 0.0f;
         data_after_.resize(kWindow);
@@ -62,14 +63,16 @@ void CapturedStep::allocate(std::int64_t accum, std::int64_t seq_len) {
     const std::size_t ring_bytes = round_up16(kWindow * sizeof(kernels::StepRecord));
     const std::size_t table_bytes = round_up16(2 * kWindow * sizeof(kernels::AdamWStep));
     const std::size_t current_bytes = round_up16(2 * sizeof(kernels::AdamWStep));
-    device_bytes_ = state_bytes + ring_bytes + table_bytes + current_bytes + 2 * sizeof(float);
+    device_bytes_ = state_bytes + ring_bytes + table_bytes + current_bytes + 2 * sizeof(float) +
+                    sizeof(int);
     device_block_ = allocate_bytes(Device::cuda, device_bytes_);
     char* at = static_cast<char*>(device_block_);
     state_ = reinterpret_cast<kernels::StepState*>(at);
     ring_ = reinterpret_cast<kernels::StepRecord*>(at + state_bytes);
     table_ = reinterpret_cast<kernels::AdamWStep*>(at + state_bytes + ring_bytes);
     current_ = reinterpret_cast<kernels::AdamWStep*>(at + state_bytes + ring_bytes + table_bytes);
-    rank_sums_ = reinterpret_cast<float*>(at + state_bytes + ring_bytes + table_bytes + current_bytes);
+    rank_sums_ = reinterpret_cast<float*>(reinterpret_cast<char*>(current_) + current_bytes);
+    bad_input_ = reinterpret_cast<int*>(rank_sums_ + 2);
 }
 
 CapturedStep::~CapturedStep() { release(); }
@@ -142,21 +145,25 @@ void CapturedStep::before_last_backward() {
 
 GradNorm CapturedStep::gradients_done(const Tensor& loss_sum, GPT& model, double max_norm) {
     if (ranks_) {
-        // The flag as the host left it when this replay reaches the copy.
-        cuda_backend("cuda_graph").copy_device_to_device(rank_sums_, loss_sum.raw_data(),
-                                                          sizeof(float));
-        scale_backend("cuda_graph").copy_pinned_to_device(rank_sums_ + 1, stop_flag_,
-                                                          sizeof(float));
-        ranks_->exchange_done(rank_sums_, 2);
+        // Summed over the ranks: the loss, the stop flag as the host left it when this replay
+        // reaches the copy, and the code of any bad input a kernel found (so that every rank
+        // halts at the step where one did).
+        CudaBackend& cuda = cuda_backend("cuda_graph");
+        ScaleBackend& scale = scale_backend("cuda_graph");
+        cuda.copy_device_to_device(rank_sums_, loss_sum.raw_data(), sizeof(float));
+        scale.copy_pinned_to_device(rank_sums_ + 1, stop_flag_, sizeof(float));
+        cuda.copy_device_to_device(bad_input_, scale.device_error_code(), sizeof(int));
+        ranks_->exchange_done(rank_sums_, 2, bad_input_, 1);
     }
     return StepHooks::gradients_done(loss_sum, model, max_norm);
 }
 
 void CapturedStep::update(const Tensor& loss_sum, const GradNorm& clip) {
     ScaleBackend& scale = scale_backend("cuda_graph");
-    // Ranks: the loss summed over them (collect() divides), and their summed stop requests.
+    // Ranks: the loss summed over them (collect() divides), their stop requests and bad input.
     scale.step_begin(state_, ranks_ ? rank_sums_ : loss_sum.data<float>(), clip.norm.data<float>(),
-                     ranks_ ? rank_sums_ + 1 : nullptr, ring_, table_, kWindow, current_);
+                     ranks_ ? rank_sums_ + 1 : nullptr, ranks_ ? bad_input_ : nullptr, ring_,
+                     table_, kWindow, current_);
     opt_.step_on_device(clip.coef, current_, &state_->skip);
     // The dropout counters this step drew (relative to the base: see capture()), rounded up to
     // a multiple of 4 as the next eager draw would round its offset.
@@ -180,20 +187,8 @@ void CapturedStep::capture(std::int64_t done) {
     dropout.set_state(seed, 0);
     scale.set_philox_offset_base(&state_->philox_base);
     pool_ = create_graph_pool();
-    bool told = false;  // ranks: the others know how this rank's capture went
-    try {
-        {
-            GraphMemoryScope memory(pool_);
-            scale.begin_capture();
-            training_step(model_, opt_, config_.train.grad_accum, config_.optim.grad_clip, *this);
-            graph_ = scale.end_capture();
-        }
-        told = true;
-        // Every rank replays, or none: a rank stepping eagerly would meet no collective of a
-        // replay.
-        FG_CHECK(!ranks_ || ranks_->all(true), "cuda_graph", "another rank could not capture "
-                 "its step");
-    } catch (const std::exception& e) {
+    // What a failed capture leaves is undone: the generators, the gradients, the graph.
+    auto undo = [&] {
         scale.abort_capture();
         scale.destroy_graph(graph_);
         graph_ = nullptr;
@@ -207,8 +202,21 @@ void CapturedStep::capture(std::int64_t done) {
         }
         release_graph_pool(pool_);
         pool_ = 0;
-        if (ranks_ && !told) ranks_->all(false);
+    };
+    try {
+        GraphMemoryScope memory(pool_);
+        scale.begin_capture();
+        training_step(model_, opt_, config_.train.grad_accum, config_.optim.grad_clip, *this);
+        graph_ = scale.end_capture();
+    } catch (const std::exception& e) {
+        undo();
+        if (ranks_) ranks_->all(false);
         throw CaptureFailed(e.what());
+    }
+    // Every rank replays, or none: a rank stepping eagerly would meet no collective of a replay.
+    if (ranks_ && !ranks_->all(true)) {
+        undo();
+        throw CaptureFailed("another rank could not capture its step");
     }
     scale.set_philox_offset_base(nullptr);
     dropout.set_state(seed, base);
@@ -241,7 +249,7 @@ void CapturedStep::enqueue(const Dataset& data, Generator& data_gen, std::int64_
     }
     scale.event_record(pinned_ready_[slot]);
     if (ranks_) {
-        data_after_[static_cast<std::size_t>((done + 1) % kWindow)] = data_gen;
+        data_after_[static_cast<std::size_t>(done % kWindow)] = data_gen;  // step done + 1's
         *stop_flag_ = ranks_->stop_requested() ? 1.0f : 0.0f;
     }
     if (!graph_) {
@@ -277,13 +285,13 @@ CapturedStep::Collected CapturedStep::collect() {
         end = state.halted_at;
     } else if (state.stopped_at != 0) {
         end = state.stopped_at;
-        out.data_at_stop = data_after_[static_cast<std::size_t>(end % kWindow)];
+        out.data_at_stop = data_after_[static_cast<std::size_t>((end - 1) % kWindow)];
     }
     const int ranks = ranks_ ? ranks_->world_size() : 1;
     for (std::int64_t s = first_pending_; s <= end; ++s) {
         const kernels::StepRecord& r = ring[static_cast<std::size_t>((s - 1) % kWindow)];
         // The mean as the eager step computes it: the float sum, divided in double (ranks: the
-        // sum of theirs).
+        // float sum of theirs, where eager ranks add their means in double).
         out.losses.push_back(static_cast<double>(r.loss_sum) /
                              static_cast<double>(config_.train.grad_accum * ranks));
         out.norms.push_back(r.norm);

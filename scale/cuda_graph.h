@@ -14,7 +14,7 @@
 //                        counter; the host refills it every kWindow steps;
 //   dropout masks        the kernels add a device-side base to their Philox counters while
 //                        captured (kernels/runtime.h, philox_offset_base); the graph's last
-//                        kernel moves the base on by the step's counters;
+//                        kernel moves the base on by the step's counters (where it updated);
 //   loss, gradient norm  written to a ring on the device, which the host reads when it logs
 //                        (at least every kWindow steps); otherwise the host waits only for the
 //                        copy of the batch two steps back, so it runs at most two steps ahead;
@@ -69,9 +69,9 @@ public:
     virtual void before_last_backward() = 0;  // the last micro-batch's backward completes them
     // A micro-batch of `rows` rows drawn with `gen`: this rank's share of it, on `device`.
     virtual Batch draw(const Dataset& data, std::int64_t rows, Generator& gen, Device device) = 0;
-    // Queues on the stream: `values` (n f32 on the device) summed over the ranks in place, and
-    // the end of the gradients' exchange; the host does not wait.
-    virtual void exchange_done(float* values, std::size_t n) = 0;
+    // Queues on the stream: `sums` (n f32 on the device) and `codes` (m i32) summed over the
+    // ranks in place, and the end of the gradients' exchange; the host does not wait.
+    virtual void exchange_done(float* sums, std::size_t n, int* codes, std::size_t m) = 0;
     // The host waits for `event` (null: all the work queued so far), bounded and watching the
     // other ranks.
     virtual void wait(void* event) = 0;
@@ -144,8 +144,10 @@ private:
     kernels::AdamWStep* table_ = nullptr;
     kernels::AdamWStep* current_ = nullptr;
     float* rank_sums_ = nullptr;  // ranks: the loss sum and the stop requests, summed over them
+    int* bad_input_ = nullptr;    // ranks: their device error records' codes, summed
     float* stop_flag_ = nullptr;  // ranks: page-locked, this rank's stop request (0 or 1)
-    std::vector<Generator> data_after_;  // ranks: the data generator after each queued step
+    // Ranks: the data generator after each queued step s, at (s - 1) % kWindow.
+    std::vector<Generator> data_after_;
     std::int64_t table_first_ = -1;  // the table holds steps table_first_ + 1 .. + kWindow
     void* graph_ = nullptr;          // the executable graph
     int pool_ = 0;                   // its memory pool

@@ -79,6 +79,8 @@ public:
     }
 
     void all_reduce_sum(void* data, std::size_t n, DType type) override {
+        FG_CHECK(type == DType::f32 || type == DType::bf16, "grad_exchange", "CPU ranks sum f32 "
+                 "or bf16 values, not ", dtype_name(type));
         if (type == DType::bf16) {
             auto* d = static_cast<std::uint16_t*>(data);
             enqueue([this, d, n] { group_.all_reduce_sum_bf16(d, n); });
@@ -183,6 +185,7 @@ public:
 private:
     static ScaleBackend& scale() { return scale_backend("grad_exchange"); }
     static kernels::ScalarType scalar(DType t) {
+        if (t == DType::i32) return kernels::ScalarType::i32;
         return t == DType::bf16 ? kernels::ScalarType::bf16 : kernels::ScalarType::f32;
     }
     void* comm_;
@@ -262,6 +265,8 @@ void GradientExchange::attach_gradients() {
     NoGradGuard no_grad;
     install_hooks();
     attached_ = true;
+    armed_ = false;  // a step cut short after arm() (a failed capture) leaves it armed
+    started_ = 0;
     received_.assign(params_.size(), false);
     for (std::size_t b = 0; b < layout_.size(); ++b) {
         const BucketLayout& l = layout_[b];

@@ -30,7 +30,7 @@
 
 namespace fg {
 
-// How the ranks exchange flat buffers of f32 or bf16 values. The calls are queued and carried
+// How the ranks exchange flat buffers of f32 or bf16 values (NCCL's sums: also i32). The calls are queued and carried
 // out in order on the side (a thread of its own over TCP; the communicator's stream for NCCL); a
 // buffer handed to one must not be read or written until wait() has returned. Every rank queues
 // the same calls in the same order.

@@ -2,6 +2,7 @@
 #include "scale_wing.h"
 
 #include <cstdio>
+#include <exception>
 #include <ostream>
 
 #include "core/allocator.h"  // format_bytes
@@ -196,12 +197,25 @@ std::string ScaleWing::queued_steps_unsupported(const Config& c, Device device,
 std::unique_ptr<QueuedSteps> ScaleWing::queue_steps(GPT& model, Optimizer& opt,
                                                     const Config& c, std::int64_t seq_len) {
     CapturedRanks* ranks = group_ ? this : nullptr;
-    return std::make_unique<CapturedStep>(model, static_cast<AdamW&>(opt), c, seq_len, ranks);
+    if (!ranks) return std::make_unique<CapturedStep>(model, static_cast<AdamW&>(opt), c, seq_len);
+    // Every rank queues its steps, or none does (the trainer then steps eagerly).
+    std::unique_ptr<QueuedSteps> steps;
+    std::exception_ptr failed;
+    try {
+        steps = std::make_unique<CapturedStep>(model, static_cast<AdamW&>(opt), c, seq_len, ranks);
+    } catch (const std::exception&) {
+        failed = std::current_exception();
+    }
+    const bool everyone = all(failed == nullptr);
+    if (failed) std::rethrow_exception(failed);
+    FG_CHECK(everyone, "cuda_graph", "another rank has no room for the captured step's buffers");
+    return steps;
 }
 
-// The small sum rides behind the buckets the backward started, before those finish() starts.
-void ScaleWing::exchange_done(float* values, std::size_t n) {
-    collectives_->all_reduce_sum(values, n, DType::f32);
+// The small sums ride behind the buckets the backward started, before those finish() starts.
+void ScaleWing::exchange_done(float* sums, std::size_t n, int* codes, std::size_t m) {
+    collectives_->all_reduce_sum(sums, n, DType::f32);
+    collectives_->all_reduce_sum(codes, m, DType::i32);
     exchange_->finish(false);
 }
 

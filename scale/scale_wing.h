@@ -16,8 +16,8 @@
 
 namespace fg {
 
-// Its CapturedRanks side is what a rank's captured step asks of it (step_begin and
-// before_last_backward serve both sides).
+// Its CapturedRanks side is what a rank's captured step asks of it (world_size, draw,
+// step_begin and before_last_backward each override both bases' methods of that name).
 class ScaleWing final : public Wing, private CapturedRanks {
 public:
     ScaleWing();  // this process's rank among WORLD_SIZE (distributed_env())
@@ -48,7 +48,7 @@ public:
     void run_end(std::ostream& log, std::int64_t step) override;
 
 private:
-    void exchange_done(float* values, std::size_t n) override;
+    void exchange_done(float* sums, std::size_t n, int* codes, std::size_t m) override;
     void wait(void* event) override;
     bool all(bool ok) override;
     bool stop_requested() const override;

@@ -602,6 +602,27 @@ TEST_CASE("the exchange over one rank: ZeRO-1's AdamW is AdamW, bit for bit", "[
                       ContainsSubstring("parameter 'b' got no gradient in this step"));
 }
 
+TEST_CASE("a step after one cut short between arm() and finish() starts no bucket early",
+          "[distributed]") {
+    // A failed capture can end a step there; the eager step after it must start its buckets in
+    // its own last backward only, as every other rank does.
+    TcpGroup group(DistributedEnv{}, 5.0);  // one rank: no sockets
+    std::unique_ptr<Collectives> comm = tcp_collectives(group);
+    Tensor w = test::random_f32({4, 3});
+    w.set_requires_grad(true);
+    GradientExchange exchange({{"w", &w}}, *comm, 0, 1, false, 16);
+    exchange.attach_gradients();
+    exchange.arm();  // the step cut short
+    exchange.attach_gradients();
+    sum(mul(w, w)).backward();  // the next step's first micro-batch
+    CHECK(exchange.started_during_backward() == 0);
+    exchange.arm();
+    sum(mul(w, w)).backward();  // its last
+    CHECK(exchange.started_during_backward() == exchange.bucket_count());
+    exchange.finish();
+    CHECK(w.grad().to_vector<float>() == scale(w, 4.0).to_vector<float>());
+}
+
 TEST_CASE("the exchange refuses what it cannot send, naming it", "[distributed]") {
     TcpGroup group(DistributedEnv{}, 5.0);
     std::unique_ptr<Collectives> comm = tcp_collectives(group);

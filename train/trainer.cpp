@@ -466,8 +466,8 @@ void Trainer::collect_queued_steps() {
             queued_.reset();
             check_finite(step, loss, norm);  // throws, unless the halt was for bad input:
             fail("train", "step ", step, " stopped on the device: a kernel found bad input "
-                 "(reported at the next synchronisation); the last checkpoint in '", dir_,
-                 "' is kept");
+                 "(reported at the next synchronisation of the rank that found it); the last "
+                 "checkpoint in '", dir_, "' is kept");
         }
         const double lr = cosine_lr(step - 1, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps,
                                     c.train.steps);
