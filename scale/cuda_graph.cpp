@@ -214,7 +214,14 @@ void CapturedStep::capture(std::int64_t done) {
         throw CaptureFailed(e.what());
     }
     // Every rank replays, or none: a rank stepping eagerly would meet no collective of a replay.
-    if (ranks_ && !ranks_->all(true)) {
+    bool everyone = true;
+    try {
+        everyone = !ranks_ || ranks_->all(true);
+    } catch (...) {
+        undo();  // a lost rank: the run's error, with nothing of the capture left behind
+        throw;
+    }
+    if (!everyone) {
         undo();
         throw CaptureFailed("another rank could not capture its step");
     }
