@@ -5,7 +5,9 @@
 // micro-batches, evaluations and checkpoints between the replays, in f32 and bf16, and through a
 // stop and resume. cuDNN's attention (non-deterministic in its backward) agrees to rounding. A
 // NaN stops both at the same step with the same message, and a capture that fails leaves the
-// generators and the optimizer as they were.
+// generators and the optimizer as they were. A process posing as one of several ranks (what the
+// others add set by the test) stops after the step its stop request reached, and halts where
+// another rank's kernels found bad input.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include "core/cuda_backend.h"
 #include "core/random.h"
 #include "scale/cuda_graph.h"
+#include "scale/scale_backend.h"
 #include "train/trainer.h"
 #include "scale/scale_wing.h"
 #include "../test_helpers.h"
@@ -61,6 +64,17 @@ std::vector<float> all_weights(GPT& model) {
         out.insert(out.end(), v.begin(), v.end());
     }
     return out;
+}
+
+// The GPT of graph_yaml's model (without its dropout) for the tests that build one directly.
+GPTConfig small_gpt() {
+    GPTConfig g;
+    g.vocab_size = 96;
+    g.block_size = 32;
+    g.n_layer = 2;
+    g.n_head = 4;
+    g.n_embd = 64;
+    return g;
 }
 
 // metrics.jsonl's step lines up to "ms" (what follows is timing and memory).
@@ -227,12 +241,7 @@ TEST_CASE("a capture that fails leaves the generators and the optimizer as they 
     Config c = parse_config(graph_yaml(tmp_dir("graph_fail"), true, "bf16", "fused", 10),
                             "fail.yaml");
     Generator init(1);
-    GPTConfig g;
-    g.vocab_size = 96;
-    g.block_size = 32;
-    g.n_layer = 2;
-    g.n_head = 4;
-    g.n_embd = 64;
+    GPTConfig g = small_gpt();
     g.dropout = 0.1;
     g.compute_dtype = DType::bf16;
     GPT model(g, init, Device::cuda);
@@ -262,4 +271,115 @@ TEST_CASE("a capture that fails leaves the generators and the optimizer as they 
     loss.backward();
     opt.step(1e-3);
     CHECK(std::isfinite(loss.item()));
+}
+
+namespace {
+
+// One process posing as one of several ranks (CapturedRanks), with what the others would add
+// set by the test: `peer_code`, the device error code another rank's kernels recorded (copied
+// into the sum at each replay, from page-locked memory), and this rank's stop request.
+class PosingRank final : public CapturedRanks {
+public:
+    PosingRank() : peer_code(static_cast<int*>(scale_backend("test").pinned_malloc(sizeof(int)))) {
+        *peer_code = 0;
+    }
+    ~PosingRank() override { scale_backend("test").pinned_free(peer_code); }
+    int world_size() const override { return 1; }
+    void step_begin() override {}
+    void before_last_backward() override {}
+    Batch draw(const Dataset& data, std::int64_t rows, Generator& gen, Device device) override {
+        return data.batch(Split::train, rows, gen, device);
+    }
+    void exchange_done(float*, std::size_t, int* codes, std::size_t) override {
+        scale_backend("test").copy_pinned_to_device(codes, peer_code, sizeof(int));
+    }
+    void wait(void* event) override {
+        if (event)
+            scale_backend("test").event_synchronize(event);
+        else
+            cuda_backend("test").synchronize();
+    }
+    bool all(bool ok) override { return ok; }
+    bool stop_requested() const override { return stop; }
+
+    int* peer_code;
+    bool stop = false;
+};
+
+}  // namespace
+
+// A small GPT, its AdamW and data, one eager step taken (as the trainer takes it before the
+// capture: handles and plans made outside it), and a captured step for the posing rank.
+struct RankRig {
+    RankRig()
+        : config(parse_config(graph_yaml(tmp_dir("graph_rank"), true, "fp32", "fused", 10, 25,
+                                         30, 1),
+                              "rank.yaml")),
+          init(1), model(small_gpt(), init, Device::cuda), opt(named(model), AdamWOptions{}),
+          data(96, 32), data_gen(5) {
+        Batch b = data.batch(Split::train, 8, data_gen, Device::cuda);
+        model.loss(model.forward(b.inputs), b.targets).backward();
+        opt.step(1e-3);
+        opt.zero_grad();
+        step = std::make_unique<CapturedStep>(model, opt, config, 32, &rank);
+    }
+    static std::vector<NamedParam> named(GPT& model) {
+        std::vector<NamedParam> params;
+        for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
+        return params;
+    }
+    void enqueue(std::int64_t done) { step->enqueue(data, data_gen, done); }
+
+    Config config;
+    Generator init;
+    GPT model;
+    AdamW opt;
+    RandomTokenData data;
+    Generator data_gen;
+    PosingRank rank;
+    std::unique_ptr<CapturedStep> step;
+};
+
+TEST_CASE("a captured rank step stops after the step its stop request reached",
+          "[gpu][train][cuda_graph]") {
+    REQUIRE(cuda_is_available());
+    RankRig rig;
+    rig.enqueue(1);  // step 2: captured, replayed
+    QueuedSteps::Collected got = rig.step->collect();
+    REQUIRE(got.losses.size() == 1);
+    CHECK(got.halted_at == 0);
+    CHECK(got.stopped_at == 0);
+    CHECK(rig.opt.steps() == 2);
+    // Requested before step 3: step 3 updates and is the last; step 4 changes nothing, and the
+    // data generator goes back to where step 3 left it.
+    const std::vector<float> w2 = all_weights(rig.model);
+    rig.rank.stop = true;
+    rig.enqueue(2);
+    const Generator after3 = rig.data_gen;
+    const std::vector<float> w3 = all_weights(rig.model);  // waits for step 3
+    rig.enqueue(3);
+    got = rig.step->collect();
+    CHECK(got.stopped_at == 3);
+    CHECK(got.losses.size() == 1);  // step 3's; step 4's replay is not reported
+    CHECK(rig.opt.steps() == 3);
+    CHECK(got.data_at_stop.offset() == after3.offset());
+    CHECK(rig.data_gen.offset() != after3.offset());
+    CHECK(w3 != w2);
+    CHECK(all_weights(rig.model) == w3);
+}
+
+TEST_CASE("a captured rank step halts where another rank's kernels found bad input",
+          "[gpu][train][cuda_graph]") {
+    REQUIRE(cuda_is_available());
+    RankRig rig;
+    rig.enqueue(1);
+    rig.step->collect();
+    const std::vector<float> w2 = all_weights(rig.model);
+    *rig.rank.peer_code = 1;  // the other rank's embedding found an id out of range in step 3
+    rig.enqueue(2);
+    rig.enqueue(3);
+    const QueuedSteps::Collected got = rig.step->collect();
+    CHECK(got.halted_at == 3);
+    CHECK(rig.opt.steps() == 2);
+    CHECK(all_weights(rig.model) == w2);  // neither step 3 nor step 4 updated
 }
