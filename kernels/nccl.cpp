@@ -148,9 +148,9 @@ void nccl_join(void* communicator) {
 namespace {
 
 // A rank that gives up on the others may not get its error out: with collectives queued inside
-// a captured step's replays, ncclCommAbort was seen never to return (they wait for the lost
-// rank; 2 x H100, NCCL 2.28). So the process ends itself, saying why, unless `aborted` is set
-// within 5 s.
+// a captured step's replays, ncclCommAbort can wait for them forever (they wait for the lost
+// rank; docs/ARCHITECTURE.md, "When a rank fails"). So the process ends itself, saying why,
+// unless `aborted` is set within 5 s.
 void exit_unless_aborted(const std::string& why, std::shared_ptr<std::atomic<bool>> aborted) {
     std::thread([why, aborted] {
         std::this_thread::sleep_for(std::chrono::seconds(5));

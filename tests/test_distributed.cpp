@@ -637,6 +637,10 @@ TEST_CASE("the exchange refuses what it cannot send, naming it", "[distributed]"
     GradientExchange plain({{"w", &w}}, *comm, 0, 1, false, 16);
     CHECK_THROWS_WITH(ShardedAdamW({{"w", &w}}, AdamWOptions{}, plain),
                       ContainsSubstring("ShardedAdamW needs an exchange with ZeRO-1 on"));
+    // i32 sums are NCCL's (a captured rank step's device error codes); TCP sums none.
+    std::int32_t codes[2] = {0, 1};
+    CHECK_THROWS_WITH(comm->all_reduce_sum(codes, 2, DType::i32),
+                      ContainsSubstring("[grad_exchange] CPU ranks sum f32 or bf16 values, not i32"));
     CHECK_THROWS_WITH(test::tiny_addition_run("/tmp/fg_exchange_dtype", 2,
                                               {"train.exchange_dtype=f16"}),
                       ContainsSubstring("train.exchange_dtype"));
