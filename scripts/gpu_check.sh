@@ -207,7 +207,7 @@ PY
             # op changes that); kernel_times.py counts the steps by AdamW's launches, so a
             # partial step at either edge weighs little.
             rm -rf /tmp/fg-breakdown
-            ncu --metrics gpu__time_duration.sum --csv --print-units base \
+            ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
                 --launch-skip "${BREAKDOWN_SKIP:-2200}" --launch-count "${BREAKDOWN_COUNT:-3000}" \
                 build-gpu/bin/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
                 --set train.grad_accum=1 --set kernels.cuda_graph=false --set train.eval_interval=100000 \
