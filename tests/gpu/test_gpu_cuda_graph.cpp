@@ -277,7 +277,8 @@ namespace {
 
 // One process posing as one of several ranks (CapturedRanks), with what the others would add
 // set by the test: `peer_code`, the device error code another rank's kernels recorded (copied
-// into the sum at each replay, from page-locked memory), and this rank's stop request.
+// into the sum at each replay, from page-locked memory), this rank's stop request, and whether
+// the other ranks captured their step.
 class PosingRank final : public CapturedRanks {
 public:
     PosingRank() : peer_code(static_cast<int*>(scale_backend("test").pinned_malloc(sizeof(int)))) {
@@ -299,11 +300,12 @@ public:
         else
             cuda_backend("test").synchronize();
     }
-    bool all(bool ok) override { return ok; }
+    bool all(bool ok) override { return ok && peers_capture; }
     bool stop_requested() const override { return stop; }
 
     int* peer_code;
     bool stop = false;
+    bool peers_capture = true;  // false: another rank's capture failed (all() says false)
 };
 
 }  // namespace
@@ -382,4 +384,30 @@ TEST_CASE("a captured rank step halts where another rank's kernels found bad inp
     CHECK(got.halted_at == 3);
     CHECK(rig.opt.steps() == 2);
     CHECK(all_weights(rig.model) == w2);  // neither step 3 nor step 4 updated
+}
+
+TEST_CASE("a captured rank step that another rank could not capture is undone",
+          "[gpu][train][cuda_graph]") {
+    // This rank's capture succeeded, another's did not: every rank steps eagerly, or none, so
+    // this one drops its graph and leaves the step as it found it (the data generator, the
+    // weights, the optimizer), twice in a row; once the others can, the same step is captured.
+    REQUIRE(cuda_is_available());
+    RankRig rig;  // one eager step taken
+    rig.rank.peers_capture = false;
+    const Generator data_before = rig.data_gen;
+    const std::vector<float> w1 = all_weights(rig.model);
+    REQUIRE_THROWS_AS(rig.enqueue(1), QueuedSteps::CaptureFailed);
+    REQUIRE_THROWS_WITH(rig.enqueue(1), ContainsSubstring("another rank could not capture its step"));
+    CHECK_FALSE(cuda_backend("test").capturing());
+    CHECK(rig.data_gen.offset() == data_before.offset());
+    CHECK(rig.step->pending() == 0);
+    CHECK(rig.opt.steps() == 1);
+    CHECK(all_weights(rig.model) == w1);
+    rig.rank.peers_capture = true;
+    rig.enqueue(1);
+    const QueuedSteps::Collected got = rig.step->collect();
+    CHECK(got.losses.size() == 1);
+    CHECK(got.halted_at == 0);
+    CHECK(rig.opt.steps() == 2);
+    CHECK(all_weights(rig.model) != w1);
 }
