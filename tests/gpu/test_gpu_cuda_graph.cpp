@@ -397,7 +397,8 @@ TEST_CASE("a captured rank step that another rank could not capture is undone",
     const Generator data_before = rig.data_gen;
     const std::vector<float> w1 = all_weights(rig.model);
     REQUIRE_THROWS_AS(rig.enqueue(1), QueuedSteps::CaptureFailed);
-    REQUIRE_THROWS_WITH(rig.enqueue(1), ContainsSubstring("another rank could not capture its step"));
+    REQUIRE_THROWS_WITH(rig.enqueue(1),
+                        ContainsSubstring("another rank could not capture its step"));
     CHECK_FALSE(cuda_backend("test").capturing());
     CHECK(rig.data_gen.offset() == data_before.offset());
     CHECK(rig.step->pending() == 0);
