@@ -28,7 +28,8 @@
 #   "baby gpt2"), fusegrad (bf16; DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off
 #   with f32 sums) and PyTorch DDP (bf16 autocast, f32 sums, torch.compile), each GPU with the
 #   one-GPU batch; the table by bench/scaling_report.py. With NANOGPT_DIR, GPT-2 small also by
-#   nanoGPT's own model.py under DDP + torch.compile (bench/nanogpt_gpt2.py under torchrun).
+#   nanoGPT's own model.py under DDP + torch.compile (bench/nanogpt_gpt2.py under torchrun); each
+#   card's temperature and SM clock through the runs, a card in thermal slowdown named.
 #   phases: train.phase_times' GPU time of each phase of a GPT-2 small step, one GPU and several
 #   ranks, with PHASE_VARIANTS of the ranks' settings (see the step).
 #   gpt2text: GPT-2 small's architecture from scratch on the Shakespeare text's GPT-2 tokens
@@ -270,6 +271,12 @@ PY
                 tail -1 "$out/distributed_gpu.log"
             fi
             have=$(nvidia-smi -L | grep -c '^GPU')
+            # Every rank waits for the slowest at each exchange, so one card in thermal slowdown
+            # bounds them all: each card's temperature, SM clock and slowdown reasons are sampled
+            # every 2 s through the runs and summarised after the table.
+            nvidia-smi --query-gpu=index,temperature.gpu,clocks.sm,clocks_throttle_reasons.active \
+                --format=csv,noheader,nounits -lms 2000 > "$out/clocks.csv" 2>/dev/null &
+            clock_watch=$!
             runs=/tmp/fg-ddp
             rm -rf "$runs" && mkdir -p "$runs"
             for model in ${DDP_MODELS:-baby gpt2}; do
@@ -320,6 +327,22 @@ PY
                 done
             done
             python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"
+            kill "$clock_watch" 2>/dev/null
+            python3 - "$out/clocks.csv" <<'PY' | tee -a "$out/scaling.md"
+import collections, sys
+cards = collections.defaultdict(list)  # index: (temperature C, SM MHz, slowdown reasons)
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.split(",")]
+    if len(f) == 4 and f[0].isdigit() and f[1].isdigit() and f[2].isdigit():
+        cards[int(f[0])].append((int(f[1]), int(f[2]), int(f[3], 16)))
+for i, s in sorted(cards.items()):
+    thermal = sum(1 for _, _, r in s if r & 0x60)  # 0x20 software, 0x40 hardware thermal slowdown
+    busy = [mhz for _, mhz, r in s if not r & 0x1] or [0]  # 0x1: the card was idle
+    print("GPU %d: %d samples, up to %d C, SM clock %d-%d MHz while busy%s" % (
+        i, len(s), max(t for t, _, _ in s), min(busy), max(busy),
+        ", THERMAL SLOWDOWN in %d samples: its ranks' figures are bounded by it" % thermal
+        if thermal else ""))
+PY
             (cd "$runs" && tar czf "$out/ddp_runs.tar.gz" --exclude='*.safetensors' .)
             ;;&
         phases)
