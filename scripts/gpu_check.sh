@@ -327,14 +327,20 @@ PY
                 done
             done
             python3 bench/scaling_report.py "$runs" | tee "$out/scaling.md"
-            kill "$clock_watch" 2>/dev/null
+            kill -INT "$clock_watch" 2>/dev/null; wait "$clock_watch" 2>/dev/null
             python3 - "$out/clocks.csv" <<'PY' | tee -a "$out/scaling.md"
 import collections, sys
 cards = collections.defaultdict(list)  # index: (temperature C, SM MHz, slowdown reasons)
 for line in open(sys.argv[1]):
     f = [x.strip() for x in line.split(",")]
     if len(f) == 4 and f[0].isdigit() and f[1].isdigit() and f[2].isdigit():
-        cards[int(f[0])].append((int(f[1]), int(f[2]), int(f[3], 16)))
+        try:
+            sample = (int(f[1]), int(f[2]), int(f[3], 16))
+        except ValueError:  # "[N/A]", or a line cut short when the sampler stopped
+            continue
+        cards[int(f[0])].append(sample)
+if not cards:
+    print("no clock samples (nvidia-smi's query failed?)")
 for i, s in sorted(cards.items()):
     thermal = sum(1 for _, _, r in s if r & 0x60)  # 0x20 software, 0x40 hardware thermal slowdown
     busy = [mhz for _, mhz, r in s if not r & 0x1] or [0]  # 0x1: the card was idle
