@@ -6,8 +6,8 @@
 // stop and resume. cuDNN's attention (non-deterministic in its backward) agrees to rounding. A
 // NaN stops both at the same step with the same message, and a capture that fails leaves the
 // generators and the optimizer as they were. A process posing as one of several ranks (what the
-// others add set by the test) stops after the step its stop request reached, and halts where
-// another rank's kernels found bad input.
+// others add set by the test) stops after the step its stop request reached, halts where
+// another rank's kernels found bad input, and drops its capture when another rank's failed.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -395,18 +395,24 @@ TEST_CASE("a captured rank step that another rank could not capture is undone",
     RankRig rig;  // one eager step taken
     rig.rank.peers_capture = false;
     const Generator data_before = rig.data_gen;
+    default_generator().set_state(7, 45);  // the dropout generator: restored as it was
     const std::vector<float> w1 = all_weights(rig.model);
     REQUIRE_THROWS_AS(rig.enqueue(1), QueuedSteps::CaptureFailed);
     REQUIRE_THROWS_WITH(rig.enqueue(1),
                         ContainsSubstring("another rank could not capture its step"));
     CHECK_FALSE(cuda_backend("test").capturing());
+    CHECK_FALSE(rig.step->captured());
     CHECK(rig.data_gen.offset() == data_before.offset());
+    CHECK(default_generator().seed() == 7);
+    CHECK(default_generator().offset() == 45);
     CHECK(rig.step->pending() == 0);
     CHECK(rig.opt.steps() == 1);
     CHECK(all_weights(rig.model) == w1);
     rig.rank.peers_capture = true;
     rig.enqueue(1);
+    CHECK(rig.step->captured());
     const QueuedSteps::Collected got = rig.step->collect();
+    CHECK(got.first_step == 2);
     CHECK(got.losses.size() == 1);
     CHECK(got.halted_at == 0);
     CHECK(rig.opt.steps() == 2);
