@@ -21,7 +21,6 @@ namespace fg {
 struct CudaDeviceInfo {
     std::string name;
     int sm_count = 0;
-    int l2_bytes = 0;
     std::size_t total_bytes = 0;
 };
 

@@ -36,7 +36,7 @@ public:
     // Written by hand (cuda_backend.h says why these are not in cuda_ops.def).
     CudaDeviceInfo device_info() override {
         const k::DeviceInfo& d = k::device_info();
-        return CudaDeviceInfo{d.name, d.sm_count, d.l2_bytes, d.total_bytes};
+        return CudaDeviceInfo{d.name, d.sm_count, d.total_bytes};
     }
     void* malloc(std::size_t bytes) override { return k::device_malloc(bytes); }
     void free(void* ptr) override { k::device_free(ptr); }

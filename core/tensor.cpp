@@ -51,7 +51,6 @@ Storage::Storage(Device d, std::size_t n) : bytes(n), device(d) { data = allocat
 Storage::~Storage() { free_bytes(device, data, bytes); }
 
 void set_poison_new_tensors(bool on) { g_poison = on; }
-bool poison_new_tensors() { return g_poison; }
 
 std::int64_t shape_numel(const Shape& shape) {
     std::int64_t n = 1;

@@ -137,6 +137,5 @@ std::int64_t shape_numel(const Shape& shape);
 // Debugging aid for tests: fill every new tensor with all-ones bytes (NaN for floats, -1 for
 // int32), so an element a kernel forgot to write cannot pass for a result.
 void set_poison_new_tensors(bool on);
-bool poison_new_tensors();
 
 }  // namespace fg

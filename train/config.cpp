@@ -512,7 +512,6 @@ PrecisionSettings precision_settings(const Config& c) {
 }
 
 const char* setting_name(Precision p) { return name_in(kPrecisionNames, p); }
-const char* setting_name(DataKind k) { return name_in(kDataNames, k); }
 const char* setting_name(NormLayer n) { return name_in(kNormNames, n); }
 const char* setting_name(GeluForm g) { return name_in(kGeluNames, g); }
 

@@ -105,7 +105,6 @@ struct PrecisionSettings {
 PrecisionSettings precision_settings(const Config& c);
 // A setting's name as the config writes it ("bf16", "rmsnorm", "auto", ...).
 const char* setting_name(Precision p);
-const char* setting_name(DataKind k);
 const char* setting_name(NormLayer n);
 const char* setting_name(GeluForm g);
 

@@ -58,7 +58,6 @@ public:
     std::int64_t step() const { return step_; }
     const std::vector<double>& losses() const { return losses_; }  // training loss of each step
     GPT& model() { return *model_; }
-    const Dataset& data() const { return *data_; }
 
     // Set from a SIGINT handler: finish the current step, save, return from run().
     static void request_stop();

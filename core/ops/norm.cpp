@@ -97,8 +97,6 @@ const T* ptr_or_null(const Tensor& t) {
     return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
 }
 
-kernels::ScalarType scalar(DType t) { return static_cast<kernels::ScalarType>(t); }
-
 // ---- checks --------------------------------------------------------------------------------
 
 void check_inputs(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
@@ -179,8 +177,8 @@ private:
     void backward_cuda(const Tensor& gy, const Tensor& gh, Tensor& dx, Tensor& dw, Tensor& db) {
         kernels::NormBackwardArgs a;
         a.kind = kind_;
-        a.x_type = scalar(input_.dtype());
-        a.w_type = scalar(param_dtype_);
+        a.x_type = scalar_type(input_.dtype());
+        a.w_type = scalar_type(param_dtype_);
         a.rows = rows();
         a.cols = cols();
         a.zero_centered = opt_.zero_centered;
@@ -253,8 +251,8 @@ NormResidualResult norm_forward(NormKind kind, const Tensor& x, const Tensor& re
         }
         kernels::NormForwardArgs a;
         a.kind = kind;
-        a.x_type = scalar(x.dtype());
-        a.w_type = scalar(param_dtype(x, weight, bias));
+        a.x_type = scalar_type(x.dtype());
+        a.w_type = scalar_type(param_dtype(x, weight, bias));
         a.rows = rows;
         a.cols = cols;
         a.eps = static_cast<float>(opt.eps);
