@@ -15,24 +15,24 @@
 namespace fg {
 namespace {
 
+// The dtypes a file may hold, by their names in its header.
+const std::pair<DType, const char*> kDTypeNames[] = {
+    {DType::f32, "F32"}, {DType::f64, "F64"}, {DType::bf16, "BF16"}, {DType::f16, "F16"},
+    {DType::i32, "I32"}};
+
 const char* st_dtype(DType t) {
-    switch (t) {
-        case DType::f32: return "F32";
-        case DType::f64: return "F64";
-        case DType::bf16: return "BF16";
-        case DType::f16: return "F16";
-        default: return "I32";
-    }
+    for (const auto& [dtype, name] : kDTypeNames)
+        if (dtype == t) return name;
+    return "I32";
 }
 
 bool parse_dtype(const std::string& s, DType* t) {
-    static const std::map<std::string, DType> known{{"F32", DType::f32}, {"F64", DType::f64},
-                                                     {"BF16", DType::bf16}, {"F16", DType::f16},
-                                                     {"I32", DType::i32}};
-    auto it = known.find(s);
-    if (it == known.end()) return false;
-    *t = it->second;
-    return true;
+    for (const auto& [dtype, name] : kDTypeNames) {
+        if (s != name) continue;
+        *t = dtype;
+        return true;
+    }
+    return false;
 }
 
 }  // namespace
