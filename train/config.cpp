@@ -262,6 +262,15 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
     return row[b.size()];
 }
 
+const std::vector<std::string> kSections{"model", "data", "optim", "train", "kernels"};
+
+std::vector<std::string> keys_of(const std::string& section) {
+    std::vector<std::string> keys;
+    for (const Field& f : schema())
+        if (f.section == section) keys.push_back(f.key);
+    return keys;
+}
+
 std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
     std::string best;
     std::size_t best_d = 3;  // at most two edits away
@@ -293,12 +302,11 @@ public:
             error(root.Mark(), "(top)", "expected a map of sections (model, data, optim, train, kernels)");
             return;
         }
-        std::vector<std::string> sections{"model", "data", "optim", "train", "kernels"};
         std::set<std::string> seen;
         for (auto it = root.begin(); it != root.end(); ++it) {
             std::string name = it->first.Scalar();
-            if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
-                error(it->first.Mark(), name, "unknown section" + suggestion(name, sections));
+            if (std::find(kSections.begin(), kSections.end(), name) == kSections.end()) {
+                error(it->first.Mark(), name, "unknown section" + suggestion(name, kSections));
                 continue;
             }
             if (!seen.insert(name).second) {
@@ -315,9 +323,6 @@ public:
             error(node.Mark(), section, "expected a map of keys");
             return;
         }
-        std::vector<std::string> keys;
-        for (const Field& f : schema())
-            if (f.section == section) keys.push_back(f.key);
         std::set<std::string> seen;
         for (auto it = node.begin(); it != node.end(); ++it) {
             std::string key = it->first.Scalar();
@@ -326,12 +331,12 @@ public:
                 error(it->first.Mark(), path, "duplicate key");
                 continue;
             }
-            set(c, section, key, it->second, it->first.Mark(), keys);
+            set(c, section, key, it->second, it->first.Mark());
         }
     }
 
     void set(Config& c, const std::string& section, const std::string& key, const YAML::Node& value,
-             const YAML::Mark& mark, const std::vector<std::string>& keys) {
+             const YAML::Mark& mark) {
         std::string path = section + "." + key;
         explicitly_set_.insert(path);
         if (path == "kernels.tf32") {  // the key train.precision replaced: read as an alias
@@ -349,7 +354,7 @@ public:
             if (!why.empty()) error(value.Mark().is_null() ? mark : value.Mark(), path, why);
             return;
         }
-        error(mark, path, "unknown key" + suggestion(key, keys));
+        error(mark, path, "unknown key" + suggestion(key, keys_of(section)));
     }
 
     // key.path=value from the command line.
@@ -363,13 +368,9 @@ public:
         }
         std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1);
         origin_ = "--set " + text;
-        std::vector<std::string> sections{"model", "data", "optim", "train", "kernels"};
-        if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
-            error(YAML::Mark::null_mark(), section, "unknown section" + suggestion(section, sections));
+        if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
+            error(YAML::Mark::null_mark(), section, "unknown section" + suggestion(section, kSections));
         } else {
-            std::vector<std::string> keys;
-            for (const Field& f : schema())
-                if (f.section == section) keys.push_back(f.key);
             YAML::Node value;
             try {
                 value = YAML::Load(text.substr(eq + 1));
@@ -378,7 +379,7 @@ public:
                 origin_ = origin_saved_;
                 return;
             }
-            set(c, section, key, value, YAML::Mark::null_mark(), keys);
+            set(c, section, key, value, YAML::Mark::null_mark());
         }
         origin_ = origin_saved_;
     }
