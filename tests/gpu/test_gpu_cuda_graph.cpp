@@ -7,11 +7,13 @@
 // NaN stops both at the same step with the same message, and a capture that fails leaves the
 // generators and the optimizer as they were. A process posing as one of several ranks (what the
 // others add set by the test) stops after the step its stop request reached, halts where
-// another rank's kernels found bad input, and drops its capture when another rank's failed.
+// another rank's kernels found bad input, and drops its capture when another rank's failed or
+// a rank is lost while they agree.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include <unistd.h>
 
@@ -300,12 +302,16 @@ public:
         else
             cuda_backend("test").synchronize();
     }
-    bool all(bool ok) override { return ok && peers_capture; }
+    bool all(bool ok) override {
+        if (peers_lost) throw std::runtime_error("[ranks] rank 1 is lost");
+        return ok && peers_capture;
+    }
     bool stop_requested() const override { return stop; }
 
     int* peer_code;
     bool stop = false;
     bool peers_capture = true;  // false: another rank's capture failed (all() says false)
+    bool peers_lost = false;     // true: the agreement finds a rank gone (all() throws)
 };
 
 }  // namespace
@@ -417,4 +423,30 @@ TEST_CASE("a captured rank step that another rank could not capture is undone",
     CHECK(got.halted_at == 0);
     CHECK(rig.opt.steps() == 2);
     CHECK(all_weights(rig.model) != w1);
+}
+
+TEST_CASE("a rank lost while the ranks agree on the capture leaves no capture behind",
+          "[gpu][train][cuda_graph]") {
+    // The run's error (not CaptureFailed: there is nothing to fall back to) goes on, with the
+    // capture undone: no graph, the stream out of capture, the dropout generator as it was.
+    REQUIRE(cuda_is_available());
+    RankRig rig;
+    rig.rank.peers_lost = true;
+    default_generator().set_state(7, 45);
+    std::string error;
+    bool capture_failed = false;
+    try {
+        rig.enqueue(1);
+    } catch (const QueuedSteps::CaptureFailed&) {
+        capture_failed = true;
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    CHECK_FALSE(capture_failed);
+    CHECK_THAT(error, ContainsSubstring("rank 1 is lost"));
+    CHECK_FALSE(cuda_backend("test").capturing());
+    CHECK_FALSE(rig.step->captured());
+    CHECK(rig.step->pending() == 0);
+    CHECK(default_generator().seed() == 7);
+    CHECK(default_generator().offset() == 45);
 }
