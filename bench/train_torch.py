@@ -22,9 +22,13 @@ writes the metrics (the ranks' mean loss) and the summary (tokens/s of the globa
 
 Without a GPU (--device cpu, fp32 only) the same script runs on the CPU: a check of its logic.
 
+The config is read as fusegrad reads it: `fusegrad config CONFIG --set ...` fills in every key the
+file leaves at its default (configs/*.yaml keep only what differs) and checks the --set values.
+The binary is --fusegrad, else $FUSEGRAD, else build-gpu/bin/fusegrad or build/cuda/bin/fusegrad.
+
 usage: train_torch.py CONFIG.yaml OUT_DIR [--mode fp32|bf16] [--compile] [--steps N]
                       [--data PATH] [--eval-iters N] [--seed S] [--set KEY.PATH=VALUE]...
-                      [--device cuda|cpu]
+                      [--device cuda|cpu] [--fusegrad BIN]
        torchrun --nproc_per_node N train_torch.py ...
 """
 import contextlib
@@ -33,6 +37,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -41,6 +46,22 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parity"))
 from nanogpt_ref import GPT, GPTConfig, adamw, cosine_lr  # noqa: E402
+
+
+def resolved_config(path, overrides, fusegrad):
+    """The config with every default filled in and the overrides applied, by `fusegrad config`."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    found = [b for b in (os.path.join(root, "build-gpu", "bin", "fusegrad"),
+                         os.path.join(root, "build", "cuda", "bin", "fusegrad")) if os.access(b, os.X_OK)]
+    fusegrad = fusegrad or os.environ.get("FUSEGRAD") or (found[0] if found else None)
+    if not fusegrad:
+        sys.exit("train_torch.py: no fusegrad binary to resolve %s's defaults: build it, or pass "
+                 "--fusegrad BIN (or set FUSEGRAD)" % path)
+    command = [fusegrad, "config", path] + [a for o in overrides for a in ("--set", o)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit("train_torch.py: `%s` failed: %s" % (" ".join(command), done.stderr.strip()))
+    return yaml.safe_load(done.stdout)
 
 
 def main():
@@ -56,6 +77,7 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                     help="override a config value, as fusegrad's --set")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--fusegrad", default=None, help="the fusegrad binary that resolves the config")
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -65,14 +87,7 @@ def main():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     elif args.mode != "fp32" or args.compile:
         sys.exit("train_torch.py: --device cpu runs fp32 eager only")
-    with open(args.config) as f:
-        c = yaml.safe_load(f)
-    for override in args.set:
-        key, _, value = override.partition("=")
-        section, _, name = key.partition(".")
-        if not value or not name or section not in c:
-            sys.exit("train_torch.py: --set wants SECTION.KEY=VALUE, got '%s'" % override)
-        c[section][name] = yaml.safe_load(value)
+    c = resolved_config(args.config, args.set, args.fusegrad)
     m, o, t = c["model"], c["optim"], c["train"]
     if args.seed is not None:
         t["seed"] = args.seed
@@ -117,9 +132,10 @@ def main():
 
     cfg = GPTConfig(vocab_size=vocab, block_size=block, n_layer=m["n_layer"], n_head=m["n_head"],
                     n_embd=m["n_embd"], norm=m["norm"], bias=m["bias"], dropout=m["dropout"],
-                    gelu=m.get("gelu", "exact"))
+                    gelu=m["gelu"])
     model = GPT(cfg).to(device)
-    opt = adamw(model, o["lr"], (o["beta1"], o["beta2"]), o["weight_decay"], fused=True)
+    fused = {"fused": True} if device == "cuda" else {}  # the CPU check: any PyTorch's AdamW
+    opt = adamw(model, o["lr"], (o["beta1"], o["beta2"]), o["weight_decay"], **fused)
     plain_fn = torch.compile(model) if args.compile else model
     step_fn = plain_fn
     if world > 1:

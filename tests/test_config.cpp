@@ -176,6 +176,12 @@ TEST_CASE("the saved config reads back exactly, whatever the values", "[config]"
     CHECK(back.model.dropout == c.model.dropout);
     CHECK(back.train.precision == Precision::bf16);
     CHECK(dump_config(back) == dump_config(c));
+    // A decimal point in every float's mantissa: YAML 1.1 readers (PyYAML, bench/train_torch.py)
+    // read "1e-300" as a string.
+    const std::string text = dump_config(c);
+    CHECK(text.find("min_lr: 1.0e-300 ") != std::string::npos);
+    CHECK(text.find("dropout: 5.0e-324 ") != std::string::npos);
+    CHECK(text.find("grad_clip: 1.0 ") != std::string::npos);
     for (const std::string& s :
          {std::string(""), std::string("runs/it's \"quoted\": #not a comment"),
           std::string("C:\\tmp\\t.txt"), std::string("tab\there, newline\nthere"),

@@ -54,9 +54,11 @@ void emit_value(YAML::Emitter& out, const T& v) {
         char buf[64];
         auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
         std::string text(buf, end);
-        // A whole number would read back as an integer-looking scalar: fine for a double field,
-        // but keep a decimal point so the file shows the type.
-        if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+        // A decimal point in the mantissa (6.0e-04, 3.0), so that the file shows the type and
+        // YAML 1.1 readers (PyYAML) read a float, not the string "6e-04".
+        if (text.find_first_of(".n") == std::string::npos) {
+            text.insert(std::min(text.find('e'), text.size()), ".0");
+        }
         out << text;
     } else if constexpr (std::is_same_v<T, std::string>) {
         out << YAML::DoubleQuoted << v;
