@@ -19,51 +19,42 @@ namespace {
 
 Generator& pick(Generator* gen) { return gen ? *gen : default_generator(); }
 
-}  // namespace
-
-Tensor rand(const Shape& shape, Device device, Generator* gen) {
+// A new f32 tensor of `shape` from the generator's next numel() counters: on CUDA by
+// fill(out, n, seed, offset), on the CPU element i by value(seed, offset + i).
+template <typename Value, typename Fill>
+Tensor draw(const Shape& shape, Device device, Generator* gen, Value value, Fill fill) {
     Tensor t = Tensor::empty(shape, DType::f32, device);
     std::int64_t n = t.numel();
     Generator& g = pick(gen);
     std::uint64_t offset = g.advance(static_cast<std::uint64_t>(n));
-    if (device == Device::cuda) {
-        cuda_backend("rand").random_uniform_f32(t.data<float>(), n, g.seed(), offset);
-    } else {
-        float* out = t.data<float>();
-        for (std::int64_t i = 0; i < n; ++i) out[i] = philox::uniform(g.seed(), offset + i);
-    }
+    float* out = t.data<float>();
+    if (device == Device::cuda) fill(out, n, g.seed(), offset);
+    else for (std::int64_t i = 0; i < n; ++i) out[i] = value(g.seed(), offset + i);
     return t;
 }
 
+}  // namespace
+
+Tensor rand(const Shape& shape, Device device, Generator* gen) {
+    auto value = [](auto seed, auto i) { return philox::uniform(seed, i); };
+    return draw(shape, device, gen, value, [](float* out, std::int64_t n, auto... counter) {
+        cuda_backend("rand").random_uniform_f32(out, n, counter...);
+    });
+}
+
 Tensor randn(const Shape& shape, Device device, Generator* gen, float mean, float stddev) {
-    Tensor t = Tensor::empty(shape, DType::f32, device);
-    std::int64_t n = t.numel();
-    Generator& g = pick(gen);
-    std::uint64_t offset = g.advance(static_cast<std::uint64_t>(n));
-    if (device == Device::cuda) {
-        cuda_backend("randn").random_normal_f32(t.data<float>(), n, mean, stddev, g.seed(), offset);
-    } else {
-        float* out = t.data<float>();
-        for (std::int64_t i = 0; i < n; ++i)
-            out[i] = philox::normal(g.seed(), offset + i, mean, stddev);
-    }
-    return t;
+    auto value = [=](auto seed, auto i) { return philox::normal(seed, i, mean, stddev); };
+    return draw(shape, device, gen, value, [=](float* out, std::int64_t n, auto... counter) {
+        cuda_backend("randn").random_normal_f32(out, n, mean, stddev, counter...);
+    });
 }
 
 Tensor bernoulli(const Shape& shape, float p, Device device, Generator* gen) {
     FG_CHECK(p >= 0.0f && p <= 1.0f, "bernoulli", "p must be in [0, 1], got ", p);
-    Tensor t = Tensor::empty(shape, DType::f32, device);
-    std::int64_t n = t.numel();
-    Generator& g = pick(gen);
-    std::uint64_t offset = g.advance(static_cast<std::uint64_t>(n));
-    if (device == Device::cuda) {
-        cuda_backend("bernoulli").random_bernoulli_f32(t.data<float>(), n, p, g.seed(), offset);
-    } else {
-        float* out = t.data<float>();
-        for (std::int64_t i = 0; i < n; ++i)
-            out[i] = philox::uniform(g.seed(), offset + i) < p ? 1.0f : 0.0f;
-    }
-    return t;
+    auto value = [=](auto seed, auto i) { return philox::uniform(seed, i) < p ? 1.0f : 0.0f; };
+    return draw(shape, device, gen, value, [=](float* out, std::int64_t n, auto... counter) {
+        cuda_backend("bernoulli").random_bernoulli_f32(out, n, p, counter...);
+    });
 }
 
 Tensor randint(const Shape& shape, std::int32_t high, Device device, Generator* gen) {

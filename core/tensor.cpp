@@ -12,6 +12,7 @@
 #include "error.h"
 #include "kernels/half.h"
 #include "ops.h"
+#include "ops/op_utils.h"
 
 namespace fg {
 namespace {
@@ -197,8 +198,7 @@ Tensor Tensor::to(DType t) const { return cast(*this, t); }
 
 Tensor Tensor::clone() const {
     Tensor out = empty(shape(), dtype(), device());
-    if (is_cuda()) cuda_backend("clone").copy_device_to_device(out.raw_data(), raw_data(), nbytes());
-    else if (nbytes() > 0) std::memcpy(out.raw_data(), raw_data(), nbytes());
+    ops_detail::copy_bytes(device(), out.raw_data(), raw_data(), nbytes());
     return out;
 }
 

@@ -272,20 +272,7 @@ void add_(Tensor& dst, const Tensor& src) {
     check_binary("add_", dst, src);
     FG_CHECK(dst.shape() == src.shape(), "add_", "shapes differ: ", shape_str(dst.shape()),
              " += ", shape_str(src.shape()));
-    std::int64_t n = dst.numel();
-    if (dst.is_cuda()) {
-        cuda_backend("add_").binary(BinaryOp::add, scalar_type(dst.dtype()), dst.raw_data(),
-                                    {n, 1}, src.raw_data(), {n, 1}, dst.raw_data(), n);
-    } else {
-        Tensor work = widened(dst), sw = widened(src);
-        dispatch_float(work.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            T* d = static_cast<T*>(work.raw_data());
-            const T* s = static_cast<const T*>(sw.raw_data());
-            for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
-        });
-        round_into(work, dst);
-    }
+    binary_into("add_", BinaryOp::add, dst, src, dst);  // element i reads and writes i alone
 }
 
 void copy_(Tensor& dst, const Tensor& src) {
@@ -295,10 +282,7 @@ void copy_(Tensor& dst, const Tensor& src) {
              " on ", device_name(dst.device()), " = ", shape_str(src.shape()), " ",
              dtype_name(src.dtype()), " on ", device_name(src.device()));
     if (dst.raw_data() == src.raw_data()) return;
-    if (dst.is_cuda())
-        cuda_backend("copy_").copy_device_to_device(dst.raw_data(), src.raw_data(), dst.nbytes());
-    else
-        std::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes());
+    copy_bytes(dst.device(), dst.raw_data(), src.raw_data(), dst.nbytes());
 }
 
 }  // namespace fg

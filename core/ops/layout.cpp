@@ -25,11 +25,6 @@ Tensor view(const Tensor& x, std::int64_t offset, const Shape& shape) {
     return Tensor(std::move(impl));
 }
 
-void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
-    if (device == Device::cuda) cuda_backend("copy").copy_device_to_device(dst, src, bytes);
-    else if (bytes) std::memcpy(dst, src, bytes);
-}
-
 template <typename T>
 void permute_cpu(const T* in, T* out, std::int64_t n, const kernels::PermuteParams& p) {
     // Walks the output row by row (rows of its last dim); an odometer over the leading dims
@@ -98,6 +93,11 @@ Tensor move_raw(const Tensor& x, Device device) {
 }  // namespace
 
 namespace ops_detail {
+void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
+    if (device == Device::cuda) cuda_backend("copy").copy_device_to_device(dst, src, bytes);
+    else if (bytes) std::memcpy(dst, src, bytes);
+}
+
 
 Tensor cast_raw(const Tensor& x, DType dtype) {
     Tensor out = Tensor::empty(x.shape(), dtype, x.device());

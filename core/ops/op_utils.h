@@ -58,6 +58,8 @@ void dispatch_float(DType t, F&& f) {
 Tensor widened(const Tensor& x);
 Tensor computed_in(const Tensor& y);
 void round_into(const Tensor& work, const Tensor& y);
+// bytes from src to dst, both on `device` (a device-to-device copy on CUDA).
+void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes);
 // Not recorded: a converted copy of x on its device.
 Tensor cast_raw(const Tensor& x, DType dtype);
 // count floats rounded to nearest even into 16-bit (bf16 or f16 `dtype`) host memory.
