@@ -5,9 +5,8 @@
 //             A = w (TRANSA = T), B = x (K x M, ld K), D = y (N x M, ld N). EPILOGUE_BIAS adds the
 //             bias, one value per row of D, which is one per output feature.
 //   weight:   dw^T (K x N) = x^T op(dy^T) with x^T stored (K x M, ld K) and dy^T stored (N x M,
-//             ld N), op = transpose, so A = x, B = dy (TRANSB = T), D = dw (K x N, ld K) in f32.
-//             EPILOGUE_BGRADB writes the sum of op(B) over the product's k = M dimension, one value
-//             per column of D: dbias[j] = sum_r dy[r, j].
+//             ld N), op = transpose, so A = x, B = dy (TRANSB = T), D = dw (K x N, ld K) in f32,
+//             no epilogue (the bias gradient is the caller's column sum of dy).
 //   GELU:     the forward's layout with EPILOGUE_GELU_AUX_BIAS: D gets gelu(product + bias) and
 //             the auxiliary matrix (the same layout, ld N) product + bias.
 //   input:    dx^T (K x M) = w^T dy^T with w^T stored (K x N, ld K) and dy^T stored (N x M, ld N),
@@ -101,7 +100,7 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t what, const v
 // The epilogue's auxiliary matrix and bias pointers on the descriptor (cuBLASLt's heuristic reads
 // their alignment from them, so they are set before it runs and again at every launch).
 void set_pointers(const Plan& p, const Call& c) {
-    if (c.kind != Kind::input_grad_dgelu)
+    if (c.kind == Kind::forward || c.kind == Kind::forward_gelu)
         set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias));
     if (c.kind == Kind::forward_gelu || c.kind == Kind::input_grad_dgelu)
         set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof(c.aux));
@@ -122,13 +121,10 @@ Plan make_plan(const Call& c) {
     set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b));
     cublasLtEpilogue_t epilogue = c.kind == Kind::forward        ? CUBLASLT_EPILOGUE_BIAS
                                   : c.kind == Kind::forward_gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                  : c.kind == Kind::weight_grad  ? CUBLASLT_EPILOGUE_BGRADB
+                                  : c.kind == Kind::weight_grad  ? CUBLASLT_EPILOGUE_DEFAULT
                                                                  : CUBLASLT_EPILOGUE_DGELU;
     set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
-    if (c.kind != Kind::input_grad_dgelu) {
-        cudaDataType_t bias_type = forward ? ab : CUDA_R_32F;
-        set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
-    }
+    if (forward) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ab, sizeof(ab));
     if (c.kind == Kind::forward_gelu || c.kind == Kind::input_grad_dgelu) {
         // The pre-activation, laid out as D (its leading dimension is D's rows).
         const std::int64_t aux_ld = c.kind == Kind::forward_gelu ? n : k;
@@ -208,8 +204,8 @@ bool linear_forward_lt(ScalarType type, long long m, long long n, long long k, c
 }
 
 bool linear_weight_grad_lt(ScalarType type, long long m, long long n, long long k,
-                           const void* dy, const void* x, float* dw, float* dbias) {
-    return run({Kind::weight_grad, type, m, n, k, x, dy, dw, dbias, nullptr});
+                           const void* dy, const void* x, float* dw) {
+    return run({Kind::weight_grad, type, m, n, k, x, dy, dw, nullptr, nullptr});
 }
 
 bool linear_gelu_forward_lt(ScalarType type, long long m, long long n, long long k, const void* x,

@@ -3,9 +3,10 @@
 //
 //   forward:          y = x @ w^T + bias              (EPILOGUE_BIAS: bias added to the fp32
 //                                                      accumulator, then rounded once to y)
-//   weight gradient:  dw = dy^T @ x,  dbias = sum over the M rows of dy
-//                                                     (EPILOGUE_BGRADB: the column sum of dy
-//                                                      comes out of the same pass over it)
+//   weight gradient:  dw = dy^T @ x                   (no epilogue: cuBLASLt's BGRADB, which
+//                                                      sums dy's columns for the bias gradient,
+//                                                      launches a kernel of its own that was
+//                                                      slower than column_sum, reduce.h)
 //   with GELU (GPT-2's tanh form, the only one cuBLASLt has), for an MLP's two layers:
 //   forward:          pre = x @ w^T + bias, y = gelu(pre)     (EPILOGUE_GELU_AUX_BIAS: y and pre,
 //                                                      both (M, N), from one product)
@@ -14,7 +15,7 @@
 //                                                      previous layer's pre-activation, for the
 //                                                      layer that reads gelu(pre))
 //
-// x, w, bias, y, dy, pre and dx are of `type`, bf16 or f16; dw and dbias are f32 (the layer's parameters'
+// x, w, bias, y, dy, pre and dx are of `type`, bf16 or f16; dw is f32 (the layer's parameters'
 // type, so no rounded 16-bit gradient and no cast back). Products accumulate in fp32.
 //
 // Each function returns false, having done nothing, when cuBLASLt offers no algorithm for the
@@ -33,7 +34,7 @@ bool linear_forward_lt(ScalarType type, long long m, long long n, long long k, c
                        const void* w, const void* bias, void* y);
 
 bool linear_weight_grad_lt(ScalarType type, long long m, long long n, long long k,
-                           const void* dy, const void* x, float* dw, float* dbias);
+                           const void* dy, const void* x, float* dw);
 
 bool linear_gelu_forward_lt(ScalarType type, long long m, long long n, long long k, const void* x,
                             const void* w, const void* bias, void* y, void* pre);

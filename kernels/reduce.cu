@@ -195,7 +195,7 @@ std::size_t column_sum_workspace_bytes(long long rows, long long cols) {
 }
 
 void column_sum(ScalarType type, const void* x, long long rows, long long cols, void* out,
-                void* workspace) {
+                void* workspace, bool f32_out) {
     if (cols == 0) return;
     int chunks = column_chunks(rows, cols);
     float* partial = static_cast<float*>(workspace);
@@ -204,8 +204,12 @@ void column_sum(ScalarType type, const void* x, long long rows, long long cols, 
         // Pass 1: partial[k, c] = sum over chunk k's rows of x[r, c]. Pass 2: out[c] = sum_k
         // partial[k, c], the same kernel summing the (chunks, cols) partials as a single chunk.
         launch_column_chunks(static_cast<const T*>(x), rows, cols, chunks, partial);
-        launch_column_chunks(static_cast<const float*>(partial), (long long)chunks, cols, 1,
-                             static_cast<T*>(out));
+        if (f32_out)
+            launch_column_chunks(static_cast<const float*>(partial), (long long)chunks, cols, 1,
+                                 static_cast<float*>(out));
+        else
+            launch_column_chunks(static_cast<const float*>(partial), (long long)chunks, cols, 1,
+                                 static_cast<T*>(out));
     });
 }
 

@@ -1,5 +1,6 @@
 // kernels/reduce.h: sums of a matrix x (R, C), row-major, of f32, bf16 or f16 storage (`type`);
-// every sum accumulates in fp32 and is rounded once to `type` when stored in `out`.
+// every sum accumulates in fp32 and is rounded once to `type` when stored in `out` (column_sum
+// with f32_out: stored in f32, as a bias gradient is kept).
 //   row_sum:    out[r] = alpha * sum_c x[r, c]          (sum / mean over the last dim)
 //   column_sum: out[c] = sum_r x[r, c]                  (gradient of a broadcast bias)
 //   total_sum:  out[0] = alpha * sum_i x[i]             (sum / mean of everything)
@@ -19,7 +20,7 @@ void row_sum(ScalarType type, const void* x, long long rows, long long cols, flo
 
 std::size_t column_sum_workspace_bytes(long long rows, long long cols);
 void column_sum(ScalarType type, const void* x, long long rows, long long cols, void* out,
-                void* workspace);
+                void* workspace, bool f32_out);
 
 std::size_t total_sum_workspace_bytes(long long n);
 void total_sum(ScalarType type, const void* x, long long n, float alpha, void* out,

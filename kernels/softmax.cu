@@ -81,24 +81,6 @@ __device__ __forceinline__ RowSplit split_row(const T* row, long long cols) {
     return {head, (cols - head) / V};
 }
 
-// f(j, x[j]) for every column j of the row this thread handles (columns threadIdx.x,
-// threadIdx.x + blockDim.x, ... of each of the three parts), x widened to float.
-template <typename T, typename F>
-__device__ __forceinline__ void for_each_in_row(const T* row, long long cols, F&& f) {
-    constexpr int V = Vec16<T>::kSize;
-    RowSplit split = split_row(row, cols);
-    for (long long j = threadIdx.x; j < split.head; j += blockDim.x) f(j, to_float(row[j]));
-    const Vec16<T>* body = reinterpret_cast<const Vec16<T>*>(row + split.head);
-    for (long long i = threadIdx.x; i < split.vectors; i += blockDim.x) {
-        Vec16<T> x = body[i];
-        long long j0 = split.head + i * V;
-#pragma unroll
-        for (int k = 0; k < V; ++k) f(j0 + k, to_float(x.v[k]));
-    }
-    for (long long j = split.head + split.vectors * V + threadIdx.x; j < cols; j += blockDim.x)
-        f(j, to_float(row[j]));
-}
-
 // out[j] = g(j, in[j]) for every column j of the row this thread handles, rounded to T: 16 bytes
 // a load and a store where both rows sit at the same offset from a 16-byte boundary (always when
 // out is in), else one value at a time. in and out may be the same row (the loss's gradient
@@ -132,26 +114,51 @@ int cross_entropy_threads(long long cols) {
 }
 
 // One block a row, one pass over it: lse_r = m + log sum_j exp(x_j - m), m = max_j x_j. Each
-// thread keeps a running maximum m_t and s_t = sum over its values of exp(x - m_t), rescaling s_t
-// by exp(m_old - m_new) when its maximum grows (the online softmax); the block then takes
-// M = max_t m_t and S = sum_t s_t exp(m_t - M), and lse = M + log S. A NaN makes s, and so the
-// loss, NaN; a row of -inf gives lse = -inf, as the two-pass formula does.
+// thread keeps a running maximum m_t and s_t = sum over its values of exp(x - m_t) (the online
+// softmax), updated once per 16-byte vector: the vector's maximum first, s_t rescaled by
+// exp(m_old - m_new) if that grew, then its values' exponentials added. Two vectors are loaded
+// before either is used, so that more bytes are in flight. The block then takes M = max_t m_t and
+// S = sum_t s_t exp(m_t - M), and lse = M + log S. A NaN or a +inf makes s, and so the loss,
+// NaN; a row of -inf gives lse = -inf and a NaN loss (as the CPU's two-pass formula, NaN there).
 template <typename T>
 __global__ void cross_entropy_rows_kernel(const T* logits, const int* targets, long long cols,
                                           int ignore_index, float* row_lse, float* row_loss,
                                           DeviceErrorRecord* err) {
+    constexpr int V = Vec16<T>::kSize;
     __shared__ float scratch[32];
     long long row = blockIdx.x;
     const T* xr = logits + row * cols;
     float m = -FLT_MAX, s = 0.0f;
-    for_each_in_row(xr, cols, [&](long long, float x) {
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
-    });
+    auto add = [&](const float* x, int n) {  // n values, widened
+        float top = m;
+        for (int k = 0; k < n; ++k) top = fmaxf(top, x[k]);  // fmaxf passes a NaN by: s gets it
+        if (top != m) s *= expf(m - top);
+        m = top;
+        for (int k = 0; k < n; ++k) s += expf(x[k] - m);
+    };
+    auto add_vector = [&](const Vec16<T>& v) {
+        float x[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) x[k] = to_float(v.v[k]);
+        add(x, V);
+    };
+    RowSplit split = split_row(xr, cols);
+    for (long long j = threadIdx.x; j < split.head; j += blockDim.x) {
+        float x = to_float(xr[j]);
+        add(&x, 1);
+    }
+    const Vec16<T>* body = reinterpret_cast<const Vec16<T>*>(xr + split.head);
+    long long i = threadIdx.x;
+    for (; i + blockDim.x < split.vectors; i += 2 * (long long)blockDim.x) {
+        Vec16<T> a = body[i], b = body[i + blockDim.x];
+        add_vector(a);
+        add_vector(b);
+    }
+    if (i < split.vectors) add_vector(body[i]);
+    for (long long j = split.head + split.vectors * V + threadIdx.x; j < cols; j += blockDim.x) {
+        float x = to_float(xr[j]);
+        add(&x, 1);
+    }
     float row_max = block_max(m, scratch);
     float sum = block_sum(s * expf(m - row_max), scratch);
     if (threadIdx.x == 0) {

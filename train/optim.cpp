@@ -125,11 +125,7 @@ void AdamW::step(double lr, const Tensor& grad_scale) {
     const kernels::AdamWStep decayed = adamw_factors(lr, opt_, true, steps_);
     const kernels::AdamWStep plain = adamw_factors(lr, opt_, false, steps_);
     // CUDA: one multi-tensor launch a kMaxTensorsPerLaunch parameters.
-    const std::vector<kernels::AdamWTensor> on_cuda = cuda_tensors();
-    if (!on_cuda.empty())
-        cuda_backend("adamw").adamw_multi_tensor(
-            on_cuda.data(), static_cast<int>(on_cuda.size()), decayed, plain,
-            grad_scale.defined() ? grad_scale.data<float>() : nullptr);
+    adamw_update(cuda_tensors(), Device::cuda, opt_, lr, steps_, grad_scale);
     double coef = 1.0;  // the CPU's grad_scale
     bool coef_read = false;
     for (std::size_t i = 0; i < params_.size(); ++i) {

@@ -75,7 +75,7 @@ Tensor sum_to(const Tensor& g, const Shape& to) {
             CudaBackend& cuda = cuda_backend("sum_to");
             Tensor ws = scratch_bytes(x.device(), cuda.column_sum_workspace_bytes(l.outer, l.count));
             cuda.column_sum(scalar_type(x.dtype()), x.raw_data(), l.outer, l.count,
-                            out.raw_data(), ws.raw_data());
+                            out.raw_data(), ws.raw_data(), false);
         } else {
             Tensor xw = widened(x), work = computed_in(out);
             dispatch_float(xw.dtype(), [&](auto tag) {

@@ -4,10 +4,10 @@
 // cuBLASLt's epilogues carry the bias (kernels/linear_lt.h):
 //   forward:  y = x @ w16^T + b16 in one product, the bias added to the fp32 accumulator before y
 //             is rounded (w16, b16: the f32 parameters rounded to x's dtype, as the cast does);
-//   backward: dx = dy @ w16 (16-bit, as matmul's), and dw = dy^T @ x written in f32 by the product
-//             itself, with db = sum over rows of dy from the same pass over dy.
-// What that removes from a step: the bias add and the column sum as kernels of their own, and
-// the 16-bit weight gradient with its cast back to f32. The values differ from the composition's
+//   backward: dx = dy @ w16 (16-bit, as matmul's), dw = dy^T @ x written in f32 by the product
+//             itself, and db = sum over rows of dy summed in f32 from dy's 16-bit values.
+// What that removes from a step: the bias add as a kernel of its own, and the 16-bit weight and
+// bias gradients with their casts back to f32. The values differ from the composition's
 // by roundings only (y's bias is added before y is rounded, dw is not rounded to 16 bits on the
 // way), which the GPU tests bound. Where cuBLASLt has no algorithm for a call, that call runs the
 // composition, and linear_epilogue_failure() says why.
@@ -101,20 +101,21 @@ Tensor input_grad(const Tensor& g, const Tensor& w16, const Shape& x_shape, std:
     return dx;
 }
 
-// dw = g^T @ x (f32) and db = sum over rows of g (f32): one cuBLASLt product with the BGRADB
-// epilogue, or a product and a column sum where it has no algorithm.
+// dw = g^T @ x (f32): one cuBLASLt product, or a plain one where it has no algorithm; db = sum
+// over rows of g (f32), by column_sum straight from g's 16-bit values.
 std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& g, const Tensor& x, std::int64_t m,
                                                std::int64_t n, std::int64_t k, DType dt) {
+    CudaBackend& cuda = cuda_backend("linear");
     Tensor dw = Tensor::empty({n, k}, DType::f32, Device::cuda);
-    Tensor db = Tensor::empty({n}, DType::f32, Device::cuda);
-    if (!cuda_backend("linear").linear_weight_grad_lt(scalar_type(dt), m, n, k, g.raw_data(),
-                                                      x.raw_data(), dw.data<float>(),
-                                                      db.data<float>())) {
-        note_refusal("bias-gradient epilogue", m, n, k, dt);
+    if (!cuda.linear_weight_grad_lt(scalar_type(dt), m, n, k, g.raw_data(), x.raw_data(),
+                                    dw.data<float>())) {
+        note_refusal("weight-gradient product", m, n, k, dt, "a plain cuBLAS product");
         gemm_raw(Device::cuda, dt, DType::f32, true, false, n, k, m, g.raw_data(), 0, x.raw_data(),
                  0, dw.raw_data(), n * k, 1, false);
-        db = sum_to(cast_raw(g.reshape({m, n}), DType::f32), {n});  // f32, as the epilogue's
     }
+    Tensor db = Tensor::empty({n}, DType::f32, Device::cuda);
+    Tensor ws = scratch_bytes(Device::cuda, cuda.column_sum_workspace_bytes(m, n));
+    cuda.column_sum(scalar_type(dt), g.raw_data(), m, n, db.raw_data(), ws.raw_data(), true);
     return {dw, db};
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/allocator.h"
 #include "core/cuda_backend.h"
@@ -322,7 +323,7 @@ TEST_CASE("16-bit linear with cuBLASLt's bias epilogues is close to float64", "[
             REQUIRE(y.dtype() == dtype);
             if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());
             y.backward(g.to(Device::cuda));
-            if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());  // BGRADB taken too
+            if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());  // cuBLASLt's dw too
             REQUIRE(gw.grad().dtype() == DType::f32);
             // float64 from the values the GPU used: x, g and the parameters rounded to dtype.
             Tensor rx = x.to(DType::f64).detach().set_requires_grad(true);
@@ -443,6 +444,30 @@ TEST_CASE("16-bit cross-entropy over long and misaligned rows is close to float6
             bool ignored_row_zero = true;
             for (std::int64_t j = 0; j < cols; ++j) ignored_row_zero &= grad[cols + j] == 0.0;
             CHECK(ignored_row_zero);
+        }
+    }
+}
+
+TEST_CASE("a NaN, a +inf or a row of -inf logits makes the cross-entropy NaN, as on the CPU",
+          "[gpu]") {
+    // The GPU's one-pass maximum and sum (online softmax) against the CPU's two passes, on short
+    // rows (one value at a time) and GPT-2's padded vocabulary (16-byte vectors).
+    require_gpu();
+    const double inf = std::numeric_limits<double>::infinity();
+    for (DType dtype : {DType::f32, DType::bf16}) {
+        for (std::int64_t cols : {7, 50304}) {
+            for (int bad : {0, 1, 2}) {  // NaN at one column, +inf at one, the whole row -inf
+                INFO(dtype_name(dtype) << " " << cols << " columns, bad input " << bad);
+                std::vector<double> v = random_f32({4, cols}, Device::cpu, 3.0f).to_vector<double>();
+                if (bad == 2)
+                    for (std::int64_t j = 0; j < cols; ++j) v[2 * cols + j] = -inf;
+                else
+                    v[2 * cols + cols / 2] = bad == 0 ? std::nan("") : inf;
+                Tensor x = Tensor::from_vector(v, {4, cols}).to(DType::f32).to(dtype);
+                Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{0, 1, 2, 3}, {4});
+                CHECK(std::isnan(cross_entropy(x, targets).item()));
+                CHECK(std::isnan(cross_entropy(x.to(Device::cuda), targets.to(Device::cuda)).item()));
+            }
         }
     }
 }
