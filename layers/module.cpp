@@ -34,22 +34,13 @@ void Module::zero_grad() {
     for (Tensor* p : parameters()) p->zero_grad();
 }
 
-template <typename Convert>
-void Module::convert_parameters(Convert convert) {
+void Module::to(DType dtype) {
     NoGradGuard no_grad;
     for (Tensor* p : parameters()) {
         bool grad = p->requires_grad();
-        *p = convert(*p).detach();
+        *p = p->to(dtype).detach();
         p->set_requires_grad(grad);
     }
-}
-
-void Module::to(Device device) {
-    convert_parameters([device](const Tensor& p) { return p.to(device); });
-}
-
-void Module::to(DType dtype) {
-    convert_parameters([dtype](const Tensor& p) { return p.to(dtype); });
 }
 
 void Module::apply(const std::function<void(Module&)>& fn) {

@@ -23,9 +23,8 @@ public:
     std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
     std::vector<Tensor*> parameters();
     void zero_grad();
-    // Moves every parameter to `device` (kept as leaves that require grad).
-    void to(Device device);
-    // Casts every parameter (e.g. to f64 for gradient checks on the CPU).
+    // Casts every parameter, kept as a leaf that requires grad as before (e.g. to f64 for
+    // gradient checks on the CPU).
     void to(DType dtype);
     void train(bool on = true);
     bool training() const { return training_; }
@@ -45,9 +44,6 @@ protected:
     void register_module(const std::string& name, Module* child);
 
 private:
-    // Replaces every parameter p by convert(p), kept a leaf with its requires_grad.
-    template <typename Convert>
-    void convert_parameters(Convert convert);
     std::vector<std::pair<std::string, Tensor*>> params_;
     std::vector<std::pair<std::string, Module*>> children_;
     bool training_ = true;

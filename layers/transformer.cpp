@@ -81,10 +81,13 @@ Block::Block(const TransformerConfig& cfg, Generator& gen)
     register_module("mlp", &mlp);
 }
 
-Tensor Block::forward(const Tensor& x) const {
-    // h = x + attn(ln_1(x)); y = ln_2(h) in one fused residual norm; out = h + mlp(y)
-    NormResidualResult r = ln_2->forward(attn.forward(ln_1->forward(x)), x);
-    return add(r.h, mlp.forward(r.y));
+ResidualStream Block::forward(const ResidualStream& in) const {
+    // ln_1 adds the stream's pending sum as it normalises it (the first block's has none); ln_2
+    // adds the attention's output to x; the MLP's output is left for the next norm to add.
+    NormResidualResult x = in.delta.defined() ? ln_1->forward(in.delta, in.h)
+                                              : NormResidualResult{ln_1->forward(in.h), in.h};
+    NormResidualResult r = ln_2->forward(attn.forward(x.y), x.h);
+    return {r.h, mlp.forward(r.y)};
 }
 
 }  // namespace fg

@@ -60,10 +60,19 @@ private:
 // A norm layer of either kind, chosen by the config.
 std::unique_ptr<NormBase> make_norm(const TransformerConfig& cfg);
 
+// The residual stream between blocks, (B, T, C), kept as a sum not yet added: x = h + delta
+// (delta undefined: x = h). The norm that reads x adds the two in its own pass (the norms' fused
+// residual option, which also returns x), so the stream's adds cost no kernel of their own,
+// forward or backward.
+struct ResidualStream {
+    Tensor h, delta;
+};
+
 class Block final : public Module {
 public:
     Block(const TransformerConfig& cfg, Generator& gen);
-    Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+    // x = in.h + in.delta -> out.h = x + attn(ln_1(x)), out.delta = mlp(ln_2(out.h))
+    ResidualStream forward(const ResidualStream& in) const;
 
     std::unique_ptr<NormBase> ln_1;
     CausalSelfAttention attn;

@@ -58,8 +58,9 @@ Tensor GPT::forward(const Tensor& ids) const {
     Tensor x = add(wte.forward(ids), wpe.forward(positions_.slice(0, t)));  // (B, T, C) + (T, C)
     if (config_.compute_dtype != DType::f32) x = cast(x, config_.compute_dtype);
     x = dropout(x, config_.dropout, training());
-    for (const auto& block : h) x = block->forward(x);
-    x = ln_f->forward(x);
+    ResidualStream stream{x, Tensor()};
+    for (const auto& block : h) stream = block->forward(stream);
+    x = ln_f->forward(stream.delta, stream.h).y;  // the last block's sum added as ln_f reads it
     // Tied head: (B, T, C) @ (V, C)^T -> (B, T, V), in the activations' dtype.
     return matmul(x, cast(wte.weight, x.dtype()), false, true, MatmulOptions{tf32_});
 }
