@@ -22,6 +22,7 @@ implementations of one model that round differently.
 
 usage: norm_torch_gpt.py [--config configs/shakespeare_char.yaml] [--data FILE] [--steps 300]
                          [--runs torch,fusegrad,torch:compile,fusegrad:compile] [--json PATH]
+                         [--fusegrad BIN]   (the config is read as fusegrad resolves it)
 """
 import argparse
 import json
@@ -33,11 +34,11 @@ import time
 import types
 
 import torch
-import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "parity"))
 import nanogpt_ref  # noqa: E402
+from fg_config import resolved_config  # noqa: E402
 from nanogpt_ref import GPT, GPTConfig, adamw, cosine_lr  # noqa: E402
 
 
@@ -163,13 +164,14 @@ def main():
     ap.add_argument("--runs", default="torch,fusegrad,torch:compile,fusegrad:compile")
     ap.add_argument("--json", default="norm_torch_gpt.json")
     ap.add_argument("--table", metavar="JSON", help="print the table of an earlier run and exit")
+    ap.add_argument("--fusegrad", default=None,
+                    help="the fusegrad binary that resolves the config (bench/fg_config.py)")
     args = ap.parse_args()
     if args.table:
         with open(args.table) as f:
             print(summary(json.load(f)))
         return
-    with open(args.config) as f:
-        c = yaml.safe_load(f)
+    c = resolved_config(args.config, fusegrad=args.fusegrad, who="norm_torch_gpt.py")
     m, t = c["model"], c["train"]
     vocab, splits = load_text(args.data or c["data"]["path"], c["data"]["val_fraction"])
     cfg = GPTConfig(vocab_size=vocab, block_size=m["block_size"], n_layer=m["n_layer"],

@@ -22,9 +22,8 @@ writes the metrics (the ranks' mean loss) and the summary (tokens/s of the globa
 
 Without a GPU (--device cpu, fp32 only) the same script runs on the CPU: a check of its logic.
 
-The config is read as fusegrad reads it: `fusegrad config CONFIG --set ...` fills in every key the
-file leaves at its default (configs/*.yaml keep only what differs) and checks the --set values.
-The binary is --fusegrad, else $FUSEGRAD, else build-gpu/bin/fusegrad or build/cuda/bin/fusegrad.
+The config is read as fusegrad reads it (bench/fg_config.py: `fusegrad config CONFIG --set ...`
+fills in every key the file leaves at its default and checks the --set values).
 
 usage: train_torch.py CONFIG.yaml OUT_DIR [--mode fp32|bf16] [--compile] [--steps N]
                       [--data PATH] [--eval-iters N] [--seed S] [--set KEY.PATH=VALUE]...
@@ -37,31 +36,14 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
-import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parity"))
 from nanogpt_ref import GPT, GPTConfig, adamw, cosine_lr  # noqa: E402
-
-
-def resolved_config(path, overrides, fusegrad):
-    """The config with every default filled in and the overrides applied, by `fusegrad config`."""
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    found = [b for b in (os.path.join(root, "build-gpu", "bin", "fusegrad"),
-                         os.path.join(root, "build", "cuda", "bin", "fusegrad")) if os.access(b, os.X_OK)]
-    fusegrad = fusegrad or os.environ.get("FUSEGRAD") or (found[0] if found else None)
-    if not fusegrad:
-        sys.exit("train_torch.py: no fusegrad binary to resolve %s's defaults: build it, or pass "
-                 "--fusegrad BIN (or set FUSEGRAD)" % path)
-    command = [fusegrad, "config", path] + [a for o in overrides for a in ("--set", o)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit("train_torch.py: `%s` failed: %s" % (" ".join(command), done.stderr.strip()))
-    return yaml.safe_load(done.stdout)
+from fg_config import resolved_config  # noqa: E402
 
 
 def main():
@@ -87,7 +69,7 @@ def main():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     elif args.mode != "fp32" or args.compile:
         sys.exit("train_torch.py: --device cpu runs fp32 eager only")
-    c = resolved_config(args.config, args.set, args.fusegrad)
+    c = resolved_config(args.config, args.set, args.fusegrad, "train_torch.py")
     m, o, t = c["model"], c["optim"], c["train"]
     if args.seed is not None:
         t["seed"] = args.seed

@@ -64,7 +64,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // in x's dtype: parameters of another float type take part as rounded copies and get their
 // gradients in their own type. It is cast(weight) -> matmul -> add(cast(bias)); for 16-bit CUDA
 // inputs with f32 parameters and a bias, one cuBLASLt product with the bias in its epilogue, and
-// in the backward the f32 weight gradient and the bias gradient from one product.
+// in the backward the weight gradient written in f32 by its product and the bias gradient summed
+// in f32 from dy's 16-bit values (column_sum).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const MatmulOptions& options = {});
 // An MLP's two layers: linear(gelu(linear(x, w1, b1), form), w2, b2), w1 (H, K), w2 (N, H). With

@@ -81,7 +81,7 @@ struct Plan {
 using Key = std::tuple<int, int, long long, long long, long long, std::uint32_t, std::uint32_t,
                        std::uint32_t, std::uint32_t, std::uint32_t>;
 
-// One call: D = op(A) op(B) with the kind's epilogue, which reads or writes `bias` and `aux`.
+// One call: D = op(A) op(B) with the kind's epilogue, which reads `bias` and reads or writes `aux`.
 struct Call {
     Kind kind;
     ScalarType type;

@@ -1,6 +1,7 @@
 // kernels/reduce.cu: see reduce.h. The kernels are templates over the storage type T of x (float,
 // __nv_bfloat16 or __half, float_types.cuh): each element is widened to float as it is loaded,
-// every sum and partial is fp32, and only the final value is rounded to T. The order of additions
+// every sum and partial is fp32, and only the final value is rounded to T (column_sum's stays f32
+// with f32_out). The order of additions
 // is the same for every T, so a 16-bit sum is the f32 kernel's sum of the widened values, rounded
 // once. Row sums give each row one warp. Column and total sums split the data over a grid whose
 // size depends only on the shape and the SM count, write fp32 partials (one per (row chunk,
@@ -70,7 +71,7 @@ __device__ __forceinline__ void load_columns(const T* xr, long long c, long long
 // [k * per, min(rows, (k + 1) * per)) with per = ceil(rows / gridDim.y); fp32 sums, each stored
 // once as U. Both passes of column_sum run it: pass 1 with T the storage type and U = float, one
 // partial row per chunk; pass 2 with T = float over those partials (rows = chunks, one chunk)
-// and U the storage type.
+// and U the storage type (float with f32_out).
 // Order of additions for column c: each thread adds its rows in increasing order into one fp32
 // accumulator per column; the 8 row lanes' sums are then added in lane order 0..7 through shared
 // memory. The kRowUnroll loads of a step are all issued before their adds (more bytes in flight),

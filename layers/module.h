@@ -1,5 +1,5 @@
 // layers/module.h: Module, the base of every layer: named parameters (nanoGPT-style dotted names
-// such as "ln_1.weight"), sub-modules, moving to a device, train/eval mode, zero_grad, and apply
+// such as "ln_1.weight"), sub-modules, casting the parameters, train/eval mode, zero_grad, and apply
 // (a visit of every module of the tree, to configure the layers of a built model).
 #pragma once
 

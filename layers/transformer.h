@@ -3,8 +3,9 @@
 //     heads of size D = C / H, c_proj (C -> C), dropout on the attention weights and the output.
 //   MLP: c_fc (C -> 4C), GELU (exact, or GPT-2's tanh form: model.gelu), c_proj (4C -> C),
 //     dropout; the three as one op (core/ops.h, mlp).
-//   Block: x + attn(ln_1(x)), then + mlp(ln_2(.)), pre-norm; the second add and ln_2 run as one
-//     fused residual norm.
+//   Block: x + attn(ln_1(x)), then + mlp(ln_2(.)), pre-norm; the first add runs inside ln_2 (a
+//     fused residual norm), the second is left to the norm that reads the block's output
+//     (ResidualStream).
 // Shapes: B batch, T time, C channels, H heads, D head size.
 #pragma once
 
@@ -62,8 +63,9 @@ std::unique_ptr<NormBase> make_norm(const TransformerConfig& cfg);
 
 // The residual stream between blocks, (B, T, C), kept as a sum not yet added: x = h + delta
 // (delta undefined: x = h). The norm that reads x adds the two in its own pass (the norms' fused
-// residual option, which also returns x), so the stream's adds cost no kernel of their own,
-// forward or backward.
+// residual option, which also returns x), so the adds between blocks cost no kernel of their own,
+// forward or backward. (The first block's input, read by ln_1 and ln_2, still sums its two
+// gradients in an add.)
 struct ResidualStream {
     Tensor h, delta;
 };

@@ -83,12 +83,12 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
     // outside the caching allocator, as cuBLAS's is, and not counted.
     if (half) m.weight_copies = linear_weights(s) + tensors(1, V * C, s);
 
-    // Saved by one block, (B, T, .) tensors of activations: ln_1's input (C), c_attn's input
-    // (C), the q, k, v the attention keeps (3C: c_attn's output as it is for cuDNN, a permuted
-    // copy for the fused kernels), attn.c_proj's input (C, which cuDNN's attention also keeps as
-    // its output), the residual sum ln_2 keeps (C), c_fc's input (C), GELU's input (4C) and
-    // mlp.c_proj's input (4C); in f32 each norm's rstd (and LayerNorm's mean) and the
-    // attention's log-sum-exp per head.
+    // Saved by one block, (B, T, .) tensors of activations: ln_1's input (C, the residual sum it
+    // adds), c_attn's input (C), the q, k, v the attention keeps (3C: c_attn's output as it is for
+    // cuDNN, a permuted copy for the fused kernels), attn.c_proj's input (C, which cuDNN's
+    // attention also keeps as its output), the residual sum ln_2 keeps (C), c_fc's input (C),
+    // GELU's input (4C) and mlp.c_proj's input (4C); in f32 each norm's rstd (and LayerNorm's mean)
+    // and the attention's log-sum-exp per head.
     const double channels = tensors(1, N * C, s), wide = tensors(1, 4 * N * C, s);
     const double norm_stats = tensors(g.rmsnorm ? 1 : 2, N, f32);
     const double block_to_attention =  // what the backward still holds at the attention

@@ -14,7 +14,7 @@ import argparse
 import pathlib
 import sys
 
-BUDGET = 10026  # 2026-11-28 (-10 Module::to(Device), which nothing called; +6 the residual stream passed as a pending sum; -3: AdamW::step's CUDA half is adamw_update, +1 the bias gradient by column_sum; -27: add_ and copy_ through binary_into and copy_bytes, one draw() for rand, randn and bernoulli; +2 the saved config's floats keep a decimal point; -10: unused getters, a field, two duplicate dtype mappings, the config sections listed once; 11,930 before cli/ left train/; 11,671 before the wing for scale left it; +28 train.init_from and its checks, the base wing refusing WORLD_SIZE > 1; +13 MFU by two counts and plot's runs grouped by label, after -6 for the one-run plot wrapper; +8 the captured ranks' agreed stop reaching the trainer); lower it as code leaves the path
+BUDGET = 10025  # 2026-11-28 (-1 an include elementwise.cpp no longer needs; -10 Module::to(Device), which nothing called; +6 the residual stream passed as a pending sum; -4 AdamW::step's CUDA half is adamw_update, +1 the bias gradient by column_sum; -27: add_ and copy_ through binary_into and copy_bytes, one draw() for rand, randn and bernoulli; +2 the saved config's floats keep a decimal point; -10: unused getters, a field, two duplicate dtype mappings, the config sections listed once; 11,930 before cli/ left train/; 11,671 before the wing for scale left it; +28 train.init_from and its checks, the base wing refusing WORLD_SIZE > 1; +13 MFU by two counts and plot's runs grouped by label, after -6 for the one-run plot wrapper; +8 the captured ranks' agreed stop reaching the trainer); lower it as code leaves the path
 TEACHING_PATH = ["core", "layers", "models", "kernels/norm", "train"]
 SUFFIXES = {".h", ".cpp", ".cu", ".cuh", ".def"}
 

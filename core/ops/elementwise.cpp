@@ -9,7 +9,6 @@
 // contiguous block of the output's (bias (C) over (B, T, C); row statistic (R, 1) over (R, C)).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 
 #include "op_utils.h"

@@ -93,11 +93,11 @@ Tensor move_raw(const Tensor& x, Device device) {
 }  // namespace
 
 namespace ops_detail {
+
 void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
     if (device == Device::cuda) cuda_backend("copy").copy_device_to_device(dst, src, bytes);
     else if (bytes) std::memcpy(dst, src, bytes);
 }
-
 
 Tensor cast_raw(const Tensor& x, DType dtype) {
     Tensor out = Tensor::empty(x.shape(), dtype, x.device());

@@ -10,7 +10,8 @@
 // bias gradients with their casts back to f32. The values differ from the composition's
 // by roundings only (y's bias is added before y is rounded, dw is not rounded to 16 bits on the
 // way), which the GPU tests bound. Where cuBLASLt has no algorithm for a call, that call runs the
-// composition, and linear_epilogue_failure() says why.
+// composition (the weight gradient: a plain cuBLAS product), and linear_epilogue_failure() says
+// why.
 //
 // mlp(x, w1, b1, w2, b2, form): an MLP's two layers, y = linear(gelu(linear(x, w1, b1)), w2, b2).
 // With GPT-2's tanh GELU (the one cuBLASLt has) and the same conditions as above, the GELU rides

@@ -295,8 +295,8 @@ TEST_CASE("the fused MLP's epilogues compute the tanh GELU, not the exact one", 
 
 TEST_CASE("16-bit linear with cuBLASLt's bias epilogues is close to float64", "[gpu]") {
     // linear() on bf16 / f16 CUDA inputs with f32 parameters and a bias runs one product with the
-    // bias in its epilogue, and its backward writes the f32 weight gradient and the bias gradient
-    // from one product (core/ops/linear.cpp). Against float64 on the CPU from the same rounded
+    // bias in its epilogue, and its backward writes the f32 weight gradient from one product and
+    // sums the f32 bias gradient from dy's 16-bit values (core/ops/linear.cpp). Against float64 on the CPU from the same rounded
     // values: y and dx within a rounding of their 16-bit type, dw and db (f32, never rounded to 16
     // bits) within fp32 accumulation's error. GPT-2's shapes and small ones must take the
     // epilogues (no refusal); a row of 7 values (14 bytes, no aligned rows) may be refused, and
@@ -450,8 +450,9 @@ TEST_CASE("16-bit cross-entropy over long and misaligned rows is close to float6
 
 TEST_CASE("a NaN, a +inf or a row of -inf logits makes the cross-entropy NaN, as on the CPU",
           "[gpu]") {
-    // The GPU's one-pass maximum and sum (online softmax) against the CPU's two passes, on short
-    // rows (one value at a time) and GPT-2's padded vocabulary (16-byte vectors).
+    // The GPU's one-pass maximum and sum (online softmax) against the CPU's two passes, on rows of
+    // 7 (mostly one value at a time, off a 16-byte boundary) and GPT-2's padded vocabulary (16-byte
+    // vectors).
     require_gpu();
     const double inf = std::numeric_limits<double>::infinity();
     for (DType dtype : {DType::f32, DType::bf16}) {
