@@ -99,7 +99,6 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 //   fused      fusegrad's own kernels (kernels/attention.h) always: the only path for f32 and the
 //              CPU, and the reference the cuDNN path is tested against.
 enum class AttentionBackend { automatic, cudnn, fused };
-const char* attention_backend_name(AttentionBackend backend);  // "auto", "cudnn", "fused"
 struct AttentionOptions {
     AttentionBackend backend = AttentionBackend::automatic;
     bool tf32 = false;  // the fused path's f32 products on TF32 tensor cores (MatmulOptions)

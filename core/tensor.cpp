@@ -2,6 +2,7 @@
 // The differentiable parts (to, reshape, slice) forward to core/ops/layout.cpp.
 #include "tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -19,8 +20,6 @@ namespace {
 
 bool g_poison = false;
 
-kernels::ScalarType scalar_type(DType t) { return static_cast<kernels::ScalarType>(t); }
-
 // Element i of a host buffer of dtype t, as double.
 double load_as_double(const void* base, DType t, std::int64_t i) {
     switch (t) {
@@ -29,20 +28,6 @@ double load_as_double(const void* base, DType t, std::int64_t i) {
         case DType::bf16: return half::bf16_to_float(static_cast<const std::uint16_t*>(base)[i]);
         case DType::f16: return half::f16_to_float(static_cast<const std::uint16_t*>(base)[i]);
         default: return static_cast<const std::int32_t*>(base)[i];
-    }
-}
-
-void store_from_double(void* base, DType t, std::int64_t i, double v) {
-    switch (t) {
-        case DType::f32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-        case DType::f64: static_cast<double*>(base)[i] = v; break;
-        case DType::bf16:
-            static_cast<std::uint16_t*>(base)[i] = half::float_to_bf16(static_cast<float>(v));
-            break;
-        case DType::f16:
-            static_cast<std::uint16_t*>(base)[i] = half::float_to_f16(static_cast<float>(v));
-            break;
-        default: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;
     }
 }
 
@@ -92,12 +77,18 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
     Tensor t = empty(shape, dtype, device);
-    std::int64_t n = t.numel();
-    if (device == Device::cuda) {
-        cuda_backend("full").fill(t.raw_data(), scalar_type(dtype), value, n);
-    } else {
-        for (std::int64_t i = 0; i < n; ++i) store_from_double(t.raw_data(), dtype, i, value);
-    }
+    const std::int64_t n = t.numel();
+    void* p = t.raw_data();
+    const float f = static_cast<float>(value);  // what 16-bit values are rounded from
+    if (device == Device::cuda)
+        cuda_backend("full").fill(p, ops_detail::scalar_type(dtype), value, n);
+    else if (dtype == DType::f32) std::fill_n(static_cast<float*>(p), n, f);
+    else if (dtype == DType::f64) std::fill_n(static_cast<double*>(p), n, value);
+    else if (dtype == DType::bf16)
+        std::fill_n(static_cast<std::uint16_t*>(p), n, half::float_to_bf16(f));
+    else if (dtype == DType::f16)
+        std::fill_n(static_cast<std::uint16_t*>(p), n, half::float_to_f16(f));
+    else std::fill_n(static_cast<std::int32_t*>(p), n, static_cast<std::int32_t>(value));
     return t;
 }
 
@@ -207,15 +198,7 @@ Tensor Tensor::slice(std::int64_t start, std::int64_t end) const {
     return fg::slice(*this, start, end);
 }
 
-Tensor Tensor::detach() const {
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = impl_->storage;
-    impl->offset = impl_->offset;
-    impl->shape = impl_->shape;
-    impl->dtype = impl_->dtype;
-    impl->device = impl_->device;
-    return Tensor(std::move(impl));
-}
+Tensor Tensor::detach() const { return ops_detail::view(*this, 0, shape()); }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 bool Tensor::is_leaf() const { return !impl_->grad_fn; }

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -25,8 +26,8 @@ namespace {
 struct Field {
     std::string section, key, doc;
     bool resumable = false;  // a resume may change it (may_resume_with)
-    std::function<std::string(Config&, const YAML::Node&)> read;
-    std::function<void(YAML::Emitter&, const Config&)> write;
+    std::function<std::string(Config&, const YAML::Node&)> read = nullptr;
+    std::function<void(YAML::Emitter&, const Config&)> write = nullptr;
 };
 
 template <typename T>
@@ -71,10 +72,7 @@ void emit_value(YAML::Emitter& out, const T& v) {
 template <typename S, typename T>
 Field field(const char* section, const char* key, S Config::*sec, T S::*member, const char* doc,
             std::function<std::string(const T&)> check = nullptr) {
-    Field f;
-    f.section = section;
-    f.key = key;
-    f.doc = doc;
+    Field f{section, key, doc};
     f.read = [=](Config& c, const YAML::Node& node) -> std::string {
         if (!node.IsScalar()) return "expected " + type_name<T>() + ", got a " +
                                      (node.IsMap() ? "map" : node.IsSequence() ? "list" : "null");
@@ -141,10 +139,7 @@ const char* name_in(const Names<E>& names, E value) {
 template <typename S, typename E>
 Field choice(const char* section, const char* key, S Config::*sec, E S::*member, const char* doc,
              const Names<E>& names) {
-    Field f;
-    f.section = section;
-    f.key = key;
-    f.doc = doc;
+    Field f{section, key, doc};
     f.read = [=, &names](Config& c, const YAML::Node& node) -> std::string {
         std::string list;
         for (const auto& [name, value] : names) {
@@ -361,7 +356,6 @@ public:
 
     // key.path=value from the command line.
     void apply_override(Config& c, const std::string& text) {
-        origin_saved_ = origin_;
         auto eq = text.find('=');
         auto dot = text.find('.');
         if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
@@ -369,21 +363,17 @@ public:
             return;
         }
         std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1);
-        origin_ = "--set " + text;
+        const std::string file_origin = std::exchange(origin_, "--set " + text);
         if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
             error(YAML::Mark::null_mark(), section, "unknown section" + suggestion(section, kSections));
         } else {
-            YAML::Node value;
             try {
-                value = YAML::Load(text.substr(eq + 1));
+                set(c, section, key, YAML::Load(text.substr(eq + 1)), YAML::Mark::null_mark());
             } catch (const YAML::Exception& e) {
                 error(YAML::Mark::null_mark(), section + "." + key, e.msg);
-                origin_ = origin_saved_;
-                return;
             }
-            set(c, section, key, value, YAML::Mark::null_mark());
         }
-        origin_ = origin_saved_;
+        origin_ = file_origin;
     }
 
     // kernels.tf32 (before train.precision existed): true means precision tf32, false fp32.
@@ -443,7 +433,7 @@ public:
     }
 
 private:
-    std::string origin_, origin_saved_;
+    std::string origin_;
     std::vector<std::string> errors_;
     std::set<std::string> explicitly_set_;  // dotted keys the file or --set gave
     int tf32_alias_ = -1;                   // kernels.tf32 as read: -1 absent, 0 false, 1 true

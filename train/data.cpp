@@ -76,17 +76,10 @@ Vocab Vocab::parse(const std::string& saved) {
 std::vector<std::int32_t> Vocab::encode(const std::string& text, const char* what) const {
     if (tokens_) {
         std::vector<std::int32_t> ids;
-        std::size_t i = 0;
-        const auto separator = [](char c) {
-            return c == ' ' || c == ',' || c == '\t' || c == '\n';
-        };
-        while (i < text.size()) {
-            if (separator(text[i])) {
-                ++i;
-                continue;
-            }
-            std::size_t j = i;
-            while (j < text.size() && !separator(text[j])) ++j;
+        const char* separators = " ,\t\n";
+        std::size_t i = text.find_first_not_of(separators);
+        while (i != std::string::npos) {  // an id is text[i, j)
+            const std::size_t j = std::min(text.find_first_of(separators, i), text.size());
             std::int64_t id = -1;
             auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, id);
             if (ec != std::errc() || end != text.data() + j || id < 0)
@@ -97,7 +90,7 @@ std::vector<std::int32_t> Vocab::encode(const std::string& text, const char* wha
             FG_CHECK(id < size_, "data", what, " token id ", id, " at position ", i,
                      " is outside [0, ", size_, ")");
             ids.push_back(static_cast<std::int32_t>(id));
-            i = j;
+            i = text.find_first_not_of(separators, j);
         }
         FG_CHECK(!ids.empty(), "data", what, " holds no token ids");
         return ids;
@@ -297,21 +290,8 @@ MappedFile::MappedFile(const std::string& path) {
     data_ = static_cast<const unsigned char*>(p);
 }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept : data_(other.data_), size_(other.size_) {
-    other.data_ = nullptr;
-    other.size_ = 0;
-}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-    if (this != &other) {
-        if (data_) ::munmap(const_cast<unsigned char*>(data_), static_cast<std::size_t>(size_));
-        data_ = other.data_;
-        size_ = other.size_;
-        other.data_ = nullptr;
-        other.size_ = 0;
-    }
-    return *this;
-}
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
 MappedFile::~MappedFile() {
     if (data_) ::munmap(const_cast<unsigned char*>(data_), static_cast<std::size_t>(size_));
@@ -391,9 +371,7 @@ ShardData::ShardData(const std::string& train_pattern, const std::string& val_pa
     FG_CHECK(vocab_size >= 0, "data", "data.vocab_size must be >= 0, got ", vocab_size);
     std::string first_path;  // the file that set version_
     auto open = [&](const std::string& path) {
-        Shard sh;
-        sh.path = path;
-        sh.file = MappedFile(path);
+        Shard sh{path, MappedFile(path)};
         const std::int64_t size = sh.file.size();
         int version = 0;
         if (format == TokenFormat::llmc) {

@@ -123,8 +123,7 @@ public:
     MappedFile() = default;
     // Throws "[data] cannot open 'path': <reason>"; an empty file maps to nothing (size 0).
     explicit MappedFile(const std::string& path);
-    MappedFile(MappedFile&& other) noexcept;
-    MappedFile& operator=(MappedFile&& other) noexcept;
+    MappedFile(MappedFile&& other) noexcept;  // moves only (a Shard into its vector)
     MappedFile(const MappedFile&) = delete;
     MappedFile& operator=(const MappedFile&) = delete;
     ~MappedFile();

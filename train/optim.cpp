@@ -126,18 +126,14 @@ void AdamW::step(double lr, const Tensor& grad_scale) {
     const kernels::AdamWStep plain = adamw_factors(lr, opt_, false, steps_);
     // CUDA: one multi-tensor launch a kMaxTensorsPerLaunch parameters.
     adamw_update(cuda_tensors(), Device::cuda, opt_, lr, steps_, grad_scale);
-    double coef = 1.0;  // the CPU's grad_scale
-    bool coef_read = false;
     for (std::size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = *params_[i].param;
         Tensor g = p.grad();
         if (!g.defined() || p.is_cuda()) continue;
         FG_CHECK(g.shape() == p.shape() && g.device() == p.device() && g.dtype() == p.dtype(),
                  "adamw", "gradient of '", params_[i].name, "' does not match its parameter");
-        if (grad_scale.defined() && !coef_read) {
-            coef = grad_scale.item();  // a CPU tensor: no synchronisation
-            coef_read = true;
-        }
+        // Read for a CPU parameter only: then a CPU tensor, no synchronisation.
+        const double coef = grad_scale.defined() ? grad_scale.item() : 1.0;
         const kernels::AdamWStep& s = decay_[i] ? decayed : plain;
         if (p.dtype() == DType::f64) {
             adamw_cpu(p.data<double>(), g.data<double>(), m_[i].data<double>(),

@@ -58,14 +58,9 @@ Tensor ops_detail::gelu_backward(const Tensor& x, const Tensor& g, GeluForm form
         cuda_backend("gelu").gelu_backward(scalar_type(x.dtype()), x.raw_data(), g.raw_data(),
                                            dx.raw_data(), n, form == GeluForm::tanh);
     } else {
-        Tensor xw = widened(x), gw = widened(g), work = computed_in(dx);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            gelu_backward_cpu<T>(static_cast<const T*>(xw.raw_data()),
-                                 static_cast<const T*>(gw.raw_data()),
-                                 static_cast<T*>(work.raw_data()), n, form);
+        cpu_reference(x, g, dx, [&](const auto* xs, const auto* gs, auto* out) {
+            gelu_backward_cpu(xs, gs, out, n, form);
         });
-        round_into(work, dx);
     }
     return dx;
 }
@@ -88,13 +83,9 @@ Tensor dropout_apply(const Tensor& in, float p, std::uint64_t seed, std::uint64_
         cuda_backend("dropout").dropout(scalar_type(in.dtype()), in.raw_data(), out.raw_data(), n,
                                         p, seed, offset);
     } else {
-        Tensor inw = widened(in), work = computed_in(out);
-        dispatch_float(inw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            dropout_cpu<T>(static_cast<const T*>(inw.raw_data()), static_cast<T*>(work.raw_data()),
-                           n, p, seed, offset);
+        cpu_reference(in, out, [&](const auto* src, auto* dst) {
+            dropout_cpu(src, dst, n, p, seed, offset);
         });
-        round_into(work, out);
     }
     return out;
 }
@@ -110,13 +101,9 @@ Tensor gelu(const Tensor& x, GeluForm form) {
         cuda_backend("gelu").gelu_forward(scalar_type(x.dtype()), x.raw_data(), y.raw_data(), n,
                                           form == GeluForm::tanh);
     } else {
-        Tensor xw = widened(x), work = computed_in(y);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            gelu_forward_cpu<T>(static_cast<const T*>(xw.raw_data()),
-                                static_cast<T*>(work.raw_data()), n, form);
+        cpu_reference(x, y, [&](const auto* src, auto* dst) {
+            gelu_forward_cpu(src, dst, n, form);
         });
-        round_into(work, y);
     }
     Tensor saved = x.detach();
     return record("gelu", {x}, y, [saved, form](const Tensor& g) -> std::vector<Tensor> {

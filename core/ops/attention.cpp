@@ -102,13 +102,10 @@ void probs(const Tensor& s, Tensor& pd, Tensor& lse, bool compute_lse, const Att
                              a.offset);
         return;
     }
-    Tensor work = computed_in(pd);
-    dispatch_float(s.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        probs_cpu<T>(static_cast<const T*>(s.raw_data()), static_cast<T*>(work.raw_data()),
-                     static_cast<T*>(lse.raw_data()), compute_lse, a);
+    cpu_reference(s, pd, [&](const auto* sp, auto* out) {  // s is f32 or f64: not widened
+        using T = std::remove_pointer_t<decltype(out)>;
+        probs_cpu(sp, out, static_cast<T*>(lse.raw_data()), compute_lse, a);
     });
-    round_into(work, pd);
 }
 
 // dS (of ds's dtype) from S and dPd (of the accumulate dtype); ds may be s itself.
@@ -121,22 +118,14 @@ void probs_backward(const Tensor& s, const Tensor& dpd, const Tensor& lse, Tenso
                                       a.scale, a.p, a.seed, a.offset);
         return;
     }
-    Tensor work = computed_in(ds);
-    dispatch_float(s.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        probs_backward_cpu<T>(static_cast<const T*>(s.raw_data()),
-                              static_cast<const T*>(dpd.raw_data()),
-                              static_cast<const T*>(lse.raw_data()),
-                              static_cast<T*>(work.raw_data()), a);
+    cpu_reference(s, dpd, ds, [&](const auto* sp, const auto* dp, auto* out) {
+        using T = std::remove_pointer_t<decltype(out)>;
+        probs_backward_cpu(sp, dp, static_cast<const T*>(lse.raw_data()), out, a);
     });
-    round_into(work, ds);
 }
 
 // The element at `index` of a raw buffer of t's dtype: pointer arithmetic in elements.
-const void* at(const Tensor& t, std::int64_t index) {
-    return static_cast<const char*>(t.raw_data()) + index * static_cast<std::int64_t>(dtype_size(t.dtype()));
-}
-void* at(Tensor& t, std::int64_t index) {
+void* at(const Tensor& t, std::int64_t index) {
     return static_cast<char*>(t.raw_data()) + index * static_cast<std::int64_t>(dtype_size(t.dtype()));
 }
 
@@ -259,15 +248,6 @@ AttentionShape attention_shape(std::int64_t b, std::int64_t h, std::int64_t t, s
 }
 
 }  // namespace
-
-const char* attention_backend_name(AttentionBackend backend) {
-    switch (backend) {
-        case AttentionBackend::automatic: return "auto";
-        case AttentionBackend::cudnn: return "cudnn";
-        case AttentionBackend::fused: return "fused";
-    }
-    return "unknown";
-}
 
 std::string cudnn_attention_unsupported(const AttentionCall& call) {
     if (call.device != Device::cuda)

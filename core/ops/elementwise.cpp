@@ -76,16 +76,11 @@ Tensor sum_to(const Tensor& g, const Shape& to) {
             cuda.column_sum(scalar_type(x.dtype()), x.raw_data(), l.outer, l.count,
                             out.raw_data(), ws.raw_data(), false);
         } else {
-            Tensor xw = widened(x), work = computed_in(out);
-            dispatch_float(xw.dtype(), [&](auto tag) {
-                using T = decltype(tag);
-                const T* src = static_cast<const T*>(xw.raw_data());
-                T* dst = static_cast<T*>(work.raw_data());
+            cpu_reference(x, out, [&](const auto* src, auto* dst) {
                 for (std::int64_t c = 0; c < l.count; ++c) dst[c] = 0;
                 for (std::int64_t r = 0; r < l.outer; ++r)
                     for (std::int64_t c = 0; c < l.count; ++c) dst[c] += src[r * l.count + c];
             });
-            round_into(work, out);
         }
         x = out;
     }
@@ -154,14 +149,9 @@ void binary_into(const char* op_name, BinaryOp op, const Tensor& a, const Tensor
                                      {la.count, la.inner}, b.raw_data(), {lb.count, lb.inner},
                                      out.raw_data(), n);
     } else {
-        Tensor aw = widened(a), bw = widened(b), work = computed_in(out);
-        dispatch_float(aw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            binary_forward_cpu<T>(op, static_cast<const T*>(aw.raw_data()), la,
-                                  static_cast<const T*>(bw.raw_data()), lb,
-                                  static_cast<T*>(work.raw_data()), n);
+        cpu_reference(a, b, out, [&](const auto* pa, const auto* pb, auto* dst) {
+            binary_forward_cpu(op, pa, la, pb, lb, dst, n);
         });
-        round_into(work, out);
     }
 }
 
@@ -170,14 +160,6 @@ Tensor binary_raw(const char* op_name, BinaryOp op, const Tensor& a, const Tenso
                                a.device());
     binary_into(op_name, op, a, b, out);
     return out;
-}
-
-void check_binary(const char* op, const Tensor& a, const Tensor& b) {
-    check_defined(op, a, "first input");
-    check_defined(op, b, "second input");
-    check_same_device(op, a, b);
-    check_same_dtype(op, a, b);
-    check_arithmetic_dtype(op, a);
 }
 
 }  // namespace
@@ -228,15 +210,10 @@ Tensor scale(const Tensor& x, double alpha) {
         cuda_backend("scale").scale(scalar_type(x.dtype()), x.raw_data(),
                                     static_cast<float>(alpha), out.raw_data(), n);
     } else {
-        Tensor xw = widened(x), work = computed_in(out);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            const T* src = static_cast<const T*>(xw.raw_data());
-            T* dst = static_cast<T*>(work.raw_data());
-            T a = static_cast<T>(alpha);
+        cpu_reference(x, out, [&](const auto* src, auto* dst) {
+            const auto a = static_cast<std::remove_pointer_t<decltype(dst)>>(alpha);
             for (std::int64_t i = 0; i < n; ++i) dst[i] = a * src[i];
         });
-        round_into(work, out);
     }
     return record("scale", {x}, out, [alpha](const Tensor& g) -> std::vector<Tensor> {
         return {scale(g, alpha)};
@@ -251,14 +228,9 @@ Tensor rsqrt(const Tensor& x) {
     if (x.is_cuda()) {
         cuda_backend("rsqrt").rsqrt(scalar_type(x.dtype()), x.raw_data(), y.raw_data(), n);
     } else {
-        Tensor xw = widened(x), work = computed_in(y);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            const T* src = static_cast<const T*>(xw.raw_data());
-            T* dst = static_cast<T*>(work.raw_data());
-            for (std::int64_t i = 0; i < n; ++i) dst[i] = T(1) / std::sqrt(src[i]);
+        cpu_reference(x, y, [&](const auto* src, auto* dst) {
+            for (std::int64_t i = 0; i < n; ++i) dst[i] = 1 / std::sqrt(src[i]);
         });
-        round_into(work, y);
     }
     Tensor saved = y.detach();
     return record("rsqrt", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {

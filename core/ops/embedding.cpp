@@ -68,14 +68,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                                            ids.data<std::int32_t>(), n, dim, vocab,
                                            out.raw_data());
     } else {
-        Tensor ww = widened(weight), work = computed_in(out);  // a 16-bit row is copied exactly
-        dispatch_float(ww.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            embedding_forward_cpu<T>(static_cast<const T*>(ww.raw_data()),
-                                     ids.data<std::int32_t>(), n, dim, vocab,
-                                     static_cast<T*>(work.raw_data()));
+        // A 16-bit row is copied exactly (widened, then rounded back).
+        cpu_reference(weight, out, [&](const auto* w, auto* dst) {
+            embedding_forward_cpu(w, ids.data<std::int32_t>(), n, dim, vocab, dst);
         });
-        round_into(work, out);
     }
     Tensor saved_ids = ids.detach();
     Shape weight_shape = weight.shape();

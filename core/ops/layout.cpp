@@ -15,16 +15,6 @@ namespace {
 
 using namespace ops_detail;
 
-Tensor view(const Tensor& x, std::int64_t offset, const Shape& shape) {
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = x.impl()->storage;
-    impl->offset = x.impl()->offset + offset;
-    impl->shape = shape;
-    impl->dtype = x.dtype();
-    impl->device = x.device();
-    return Tensor(std::move(impl));
-}
-
 template <typename T>
 void permute_cpu(const T* in, T* out, std::int64_t n, const kernels::PermuteParams& p) {
     // Walks the output row by row (rows of its last dim); an odometer over the leading dims
@@ -65,18 +55,15 @@ Tensor permute_raw(const Tensor& x, const std::vector<int>& order) {
     Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
     std::int64_t n = x.numel();
     int bytes = static_cast<int>(dtype_size(x.dtype()));
-    if (x.is_cuda()) {
-        cuda_backend("permute").permute(x.raw_data(), out.raw_data(), bytes, n, p);
-    } else if (bytes == 2) {
-        permute_cpu(static_cast<const std::uint16_t*>(x.raw_data()),
-                    static_cast<std::uint16_t*>(out.raw_data()), n, p);
-    } else if (bytes == 4) {
-        permute_cpu(static_cast<const std::uint32_t*>(x.raw_data()),
-                    static_cast<std::uint32_t*>(out.raw_data()), n, p);
-    } else {
-        permute_cpu(static_cast<const std::uint64_t*>(x.raw_data()),
-                    static_cast<std::uint64_t*>(out.raw_data()), n, p);
-    }
+    // On the CPU the elements are moved as unsigned words of their size.
+    const auto on_cpu = [&](auto word) {
+        using W = decltype(word);
+        permute_cpu(static_cast<const W*>(x.raw_data()), static_cast<W*>(out.raw_data()), n, p);
+    };
+    if (x.is_cuda()) cuda_backend("permute").permute(x.raw_data(), out.raw_data(), bytes, n, p);
+    else if (bytes == 2) on_cpu(std::uint16_t{});
+    else if (bytes == 4) on_cpu(std::uint32_t{});
+    else on_cpu(std::uint64_t{});
     return out;
 }
 
@@ -94,6 +81,16 @@ Tensor move_raw(const Tensor& x, Device device) {
 
 namespace ops_detail {
 
+Tensor view(const Tensor& x, std::int64_t offset, const Shape& shape) {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = x.impl()->storage;
+    impl->offset = x.impl()->offset + offset;
+    impl->shape = shape;
+    impl->dtype = x.dtype();
+    impl->device = x.device();
+    return Tensor(std::move(impl));
+}
+
 void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
     if (device == Device::cuda) cuda_backend("copy").copy_device_to_device(dst, src, bytes);
     else if (bytes) std::memcpy(dst, src, bytes);
@@ -109,22 +106,16 @@ Tensor cast_raw(const Tensor& x, DType dtype) {
     }
     if (n == 0) return out;  // nothing to convert (and memcpy must not see the empty buffers)
     // On the host: through to_vector's conversions (float for bf16/f16, exact otherwise).
-    if (dtype == DType::f64 || dtype == DType::f32 || dtype == DType::i32) {
-        Tensor src = x;
-        if (dtype == DType::f64) {
-            std::vector<double> v = src.to_vector<double>();
-            std::memcpy(out.raw_data(), v.data(), out.nbytes());
-        } else if (dtype == DType::f32) {
-            std::vector<float> v = src.to_vector<float>();
-            std::memcpy(out.raw_data(), v.data(), out.nbytes());
-        } else {
-            std::vector<std::int32_t> v = src.to_vector<std::int32_t>();
-            std::memcpy(out.raw_data(), v.data(), out.nbytes());
-        }
-        return out;
-    }
-    std::vector<float> v = x.to_vector<float>();
-    round_raw(v.data(), dtype, static_cast<std::uint16_t*>(out.raw_data()), n);
+    const auto copy_as = [&](auto type) {
+        const std::vector<decltype(type)> v = x.to_vector<decltype(type)>();
+        std::memcpy(out.raw_data(), v.data(), out.nbytes());
+    };
+    if (dtype == DType::f64) copy_as(double{});
+    else if (dtype == DType::f32) copy_as(float{});
+    else if (dtype == DType::i32) copy_as(std::int32_t{});
+    else  // bf16 / f16: rounded from float
+        round_raw(x.to_vector<float>().data(), dtype, static_cast<std::uint16_t*>(out.raw_data()),
+                  n);
     return out;
 }
 

@@ -83,10 +83,8 @@ std::vector<float> widen_raw(const void* src, DType dtype, std::int64_t count) {
 // op(a) @ op(b), not recorded.
 Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool tf32) {
     GemmShape s = gemm_shape(a, b, ta, tb);
+    if (s.k == 0) return Tensor::zeros(s.out_shape, a.dtype(), a.device());  // the sum of nothing
     Tensor c = Tensor::empty(s.out_shape, a.dtype(), a.device());
-    if (s.k == 0) {  // empty inner dimension: the sum of nothing
-        return Tensor::zeros(s.out_shape, a.dtype(), a.device());
-    }
     gemm_raw(a.device(), a.dtype(), a.dtype(), ta, tb, s.m, s.n, s.k, a.raw_data(), s.stride_a,
              b.raw_data(), s.stride_b, c.raw_data(), s.m * s.n, s.batch, tf32);
     return c;
@@ -140,11 +138,7 @@ void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, st
 }  // namespace ops_detail
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulOptions& options) {
-    check_defined("matmul", a, "first input");
-    check_defined("matmul", b, "second input");
-    check_same_device("matmul", a, b);
-    check_same_dtype("matmul", a, b);
-    check_arithmetic_dtype("matmul", a);
+    check_binary("matmul", a, b);
     const bool tf32 = options.tf32;
     Tensor c = gemm(a, b, ta, tb, tf32);
     Tensor sa = a.detach(), sb = b.detach();

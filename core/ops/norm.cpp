@@ -92,9 +92,10 @@ void norm_backward_cpu(NormKind kind, const T* x, const T* dy, const T* dh, cons
     }
 }
 
+// t's data as T* (inputs take it as const T*), or nullptr for an undefined t.
 template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-    return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
+T* ptr_or_null(const Tensor& t) {
+    return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
 }
 
 // ---- checks --------------------------------------------------------------------------------
@@ -212,9 +213,7 @@ private:
             norm_backward_cpu<T>(kind_, ptr_or_null<T>(x), ptr_or_null<T>(gyw),
                                  ptr_or_null<T>(ghw), ptr_or_null<T>(w), opt_.zero_centered,
                                  ptr_or_null<T>(mean_), ptr_or_null<T>(rstd_), rows(), cols(),
-                                 static_cast<T*>(work.raw_data()),
-                                 dw_x.defined() ? static_cast<T*>(dw_x.raw_data()) : nullptr,
-                                 db_x.defined() ? static_cast<T*>(db_x.raw_data()) : nullptr);
+                                 ptr_or_null<T>(work), ptr_or_null<T>(dw_x), ptr_or_null<T>(db_x));
         });
         round_into(work, dx);
         if (dw.defined()) dw = cast_raw(dw_x, dw.dtype());
@@ -280,13 +279,10 @@ NormResidualResult norm_forward(NormKind kind, const Tensor& x, const Tensor& re
         Tensor b = bias.defined() ? cast_raw(bias, ct) : Tensor();
         dispatch_float(ct, [&](auto tag) {
             using T = decltype(tag);
-            norm_forward_cpu<T>(kind, ptr_or_null<T>(xw), ptr_or_null<T>(rw),
-                                hw.defined() ? static_cast<T*>(hw.raw_data()) : nullptr,
+            norm_forward_cpu<T>(kind, ptr_or_null<T>(xw), ptr_or_null<T>(rw), ptr_or_null<T>(hw),
                                 ptr_or_null<T>(w), ptr_or_null<T>(b), opt.zero_centered, opt.eps,
-                                rows, cols, static_cast<T*>(yw.raw_data()),
-                                mean.defined() ? static_cast<T*>(mean.raw_data()) : nullptr,
-                                rstd.defined() ? static_cast<T*>(rstd.raw_data()) : nullptr,
-                                x.dtype());
+                                rows, cols, ptr_or_null<T>(yw), ptr_or_null<T>(mean),
+                                ptr_or_null<T>(rstd), x.dtype());
         });
         round_into(yw, y);
         round_into(hw, h);

@@ -3,6 +3,7 @@
 // the broadcast helpers that the elementwise ops and their backwards share. Internal to core/ops.
 #pragma once
 
+#include <type_traits>
 #include <utility>
 
 #include "../autograd.h"
@@ -42,6 +43,15 @@ inline void check_arithmetic_dtype(const char* op, const Tensor& t) {
                  dtype_name(t.dtype()));
 }
 
+// The checks of an op on two tensors of one device and one arithmetic dtype (add, matmul, ...).
+inline void check_binary(const char* op, const Tensor& a, const Tensor& b) {
+    check_defined(op, a, "first input");
+    check_defined(op, b, "second input");
+    check_same_device(op, a, b);
+    check_same_dtype(op, a, b);
+    check_arithmetic_dtype(op, a);
+}
+
 // Calls f(T{}) with T = float or double, matching the dtype (checked before; the CPU references
 // see 16-bit tensors only through widened()).
 template <typename F>
@@ -58,6 +68,30 @@ void dispatch_float(DType t, F&& f) {
 Tensor widened(const Tensor& x);
 Tensor computed_in(const Tensor& y);
 void round_into(const Tensor& work, const Tensor& y);
+// A CPU reference run so: f(in, out) (f(a, b, out) with two inputs) gets the inputs widened and
+// where y is computed, as T pointers (T = float, or double for f64); then y is rounded from it.
+template <typename F>
+void cpu_reference(const Tensor& x, const Tensor& y, F&& f) {
+    Tensor xw = widened(x), work = computed_in(y);
+    dispatch_float(xw.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        f(static_cast<const T*>(xw.raw_data()), static_cast<T*>(work.raw_data()));
+    });
+    round_into(work, y);
+}
+template <typename F>
+void cpu_reference(const Tensor& a, const Tensor& b, const Tensor& y, F&& f) {
+    Tensor aw = widened(a), bw = widened(b), work = computed_in(y);
+    dispatch_float(aw.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        f(static_cast<const T*>(aw.raw_data()), static_cast<const T*>(bw.raw_data()),
+          static_cast<T*>(work.raw_data()));
+    });
+    round_into(work, y);
+}
+// Not recorded: elements [offset, offset + numel(shape)) of x's storage (from x's first) as a
+// tensor of `shape`, sharing x's storage (reshape, slice, detach).
+Tensor view(const Tensor& x, std::int64_t offset, const Shape& shape);
 // bytes from src to dst, both on `device` (a device-to-device copy on CUDA).
 void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes);
 // Not recorded: a converted copy of x on its device.

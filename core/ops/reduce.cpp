@@ -37,13 +37,9 @@ Tensor row_sum(const Tensor& x, std::int64_t rows, std::int64_t cols, double alp
                                         out.raw_data());
         }
     } else {
-        Tensor xw = widened(x), work = computed_in(out);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            row_sum_cpu<T>(static_cast<const T*>(xw.raw_data()), rows, cols, alpha,
-                           static_cast<T*>(work.raw_data()));
+        cpu_reference(x, out, [&](const auto* src, auto* dst) {
+            row_sum_cpu(src, rows, cols, alpha, dst);
         });
-        round_into(work, out);
     }
     return out;
 }
@@ -65,12 +61,10 @@ Tensor reduce_last(const char* op, const Tensor& x, bool is_mean) {
     check_defined(op, x, "input");
     check_arithmetic_dtype(op, x);
     FG_CHECK(x.dim() >= 1, op, "needs at least one dimension, got a scalar");
-    std::int64_t cols = x.size(-1);
-    std::int64_t rows = cols > 0 ? x.numel() / cols : shape_numel(Shape(x.shape().begin(),
-                                                                        x.shape().end() - 1));
+    Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+    std::int64_t cols = x.size(-1), rows = shape_numel(out_shape);
     FG_CHECK(!is_mean || cols > 0, op, "mean over an empty last dimension");
     double alpha = is_mean ? 1.0 / cols : 1.0;
-    Shape out_shape(x.shape().begin(), x.shape().end() - 1);
     Tensor out = row_sum(x, rows, cols, alpha, out_shape);
     Shape shape = x.shape();
     return record(op, {x}, out, [shape, alpha, rows](const Tensor& g) -> std::vector<Tensor> {

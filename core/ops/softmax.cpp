@@ -44,14 +44,9 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g) {
         cuda_backend("softmax").softmax_backward(scalar_type(y.dtype()), y.raw_data(),
                                                  g.raw_data(), rows, cols, dx.raw_data());
     } else {
-        Tensor yw = widened(y), gw = widened(g), work = computed_in(dx);
-        dispatch_float(yw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            softmax_backward_cpu<T>(static_cast<const T*>(yw.raw_data()),
-                                    static_cast<const T*>(gw.raw_data()), rows, cols,
-                                    static_cast<T*>(work.raw_data()));
+        cpu_reference(y, g, dx, [&](const auto* ys, const auto* gs, auto* out) {
+            softmax_backward_cpu(ys, gs, rows, cols, out);
         });
-        round_into(work, dx);
     }
     return dx;
 }
@@ -112,17 +107,14 @@ Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& g) {
             s.row_lse.data<float>(), s.inv_count.data<float>(), g.data<float>(), rows, cols,
             s.ignore_index, dx.raw_data());
     } else {
-        Tensor xw = widened(s.logits), work = computed_in(dx);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            cross_entropy_backward_cpu<T>(
-                static_cast<const T*>(xw.raw_data()), s.targets.data<std::int32_t>(),
-                static_cast<const T*>(s.row_lse.raw_data()),
-                static_cast<const T*>(s.inv_count.raw_data())[0],
-                static_cast<const T*>(g.raw_data())[0], rows, cols, s.ignore_index,
-                static_cast<T*>(work.raw_data()));
+        cpu_reference(s.logits, dx, [&](const auto* x, auto* out) {
+            using T = std::remove_pointer_t<decltype(out)>;
+            cross_entropy_backward_cpu(x, s.targets.data<std::int32_t>(),
+                                       static_cast<const T*>(s.row_lse.raw_data()),
+                                       static_cast<const T*>(s.inv_count.raw_data())[0],
+                                       static_cast<const T*>(g.raw_data())[0], rows, cols,
+                                       s.ignore_index, out);
         });
-        round_into(work, dx);
     }
     return dx;
 }
@@ -144,13 +136,9 @@ Tensor softmax(const Tensor& x, bool causal) {
         cuda_backend("softmax").softmax_forward(scalar_type(x.dtype()), x.raw_data(), rows, cols,
                                                 q_len, y.raw_data());
     } else {
-        Tensor xw = widened(x), work = computed_in(y);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            softmax_forward_cpu<T>(static_cast<const T*>(xw.raw_data()), rows, cols, q_len,
-                                   static_cast<T*>(work.raw_data()));
+        cpu_reference(x, y, [&](const auto* src, auto* dst) {
+            softmax_forward_cpu(src, rows, cols, q_len, dst);
         });
-        round_into(work, y);
     }
     Tensor saved = y.detach();
     return record("softmax", {x}, y, [saved](const Tensor& g) -> std::vector<Tensor> {
