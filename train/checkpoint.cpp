@@ -13,12 +13,12 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -83,8 +83,15 @@ mode_t process_umask() {
 
 bool is_step_folder_name(const std::string& name) {
     // step_ and eight or more digits, then optionally a dot and digits (step_folder_name).
-    static const std::regex pattern("step_[0-9]{8,}(\\.[0-9]+)?");
-    return std::regex_match(name, pattern);
+    if (name.rfind("step_", 0) != 0) return false;
+    std::size_t i = 5, digits = 0;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i, ++digits;
+    if (digits < 8) return false;
+    if (i == name.size()) return true;
+    if (name[i] != '.' || i + 1 == name.size()) return false;
+    for (++i; i < name.size(); ++i)
+        if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+    return true;
 }
 
 void write_file_durably(const std::string& path, const std::string& bytes, const char* op) {
@@ -137,13 +144,16 @@ bool written_by_a_start(const std::string& name) {
 // `base`.XXXXXX.tmp: a temporary file of write_file_durably's for one of fusegrad's names (or
 // `base`.tmp, the one fixed name older fusegrads used).
 bool our_temporary(const std::string& name) {
-    const auto ours = [](const std::string& base) {
-        return written_by_a_start(base) || base == kManifest || base == kRunMarker;
-    };
-    static const std::regex fixed("(.+)\\.tmp"), made("(.+)\\.[A-Za-z0-9]{6}\\.tmp");
-    std::smatch m;
-    return (std::regex_match(name, m, fixed) && ours(m[1].str())) ||
-           (std::regex_match(name, m, made) && ours(m[1].str()));
+    const std::size_t n = name.size();
+    if (n > 4 && name.compare(n - 4, 4, ".tmp") == 0) {
+        const std::string base = name.substr(0, n - 4);
+        if (written_by_a_start(base) || base == kManifest || base == kRunMarker) return true;
+    }
+    if (n < 12 || name.compare(n - 4, 4, ".tmp") != 0 || name[n - 11] != '.') return false;
+    for (std::size_t i = n - 10; i < n - 4; ++i)
+        if (!std::isalnum(static_cast<unsigned char>(name[i]))) return false;
+    const std::string base = name.substr(0, n - 11);
+    return written_by_a_start(base) || base == kManifest || base == kRunMarker;
 }
 
 }  // namespace
