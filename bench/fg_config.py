@@ -18,7 +18,11 @@ def resolved_config(path, overrides=(), fusegrad=None, who="bench"):
     """The config at `path` with every default filled in and `overrides` (KEY.PATH=VALUE) applied."""
     found = [b for b in (os.path.join(ROOT, "build-gpu", "bin", "fusegrad"),
                          os.path.join(ROOT, "build", "cuda", "bin", "fusegrad")) if os.access(b, os.X_OK)]
-    fusegrad = fusegrad or os.environ.get("FUSEGRAD") or (found[0] if found else None)
+    given = fusegrad or os.environ.get("FUSEGRAD")
+    if given and not (os.path.isfile(given) and os.access(given, os.X_OK)):
+        sys.exit("%s: the fusegrad binary '%s' (--fusegrad or FUSEGRAD) is not an executable file"
+                 % (who, given))
+    fusegrad = given or (found[0] if found else None)
     if not fusegrad:
         sys.exit("%s: no fusegrad binary to resolve %s's defaults: build it, or pass --fusegrad BIN "
                  "(or set FUSEGRAD)" % (who, path))
