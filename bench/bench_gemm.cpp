@@ -15,8 +15,10 @@
 //   weight grad  dw (N, K) = dy (M, N)^T @ x (M, K)
 // Before timing, each product's layout is checked at a small size against kernels::gemm (cuBLAS).
 //
-// usage: bench_gemm [--tokens M ...] [--step-ms MS ...]   (default M = 16384 and 65536, GPT-2's
-// 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per M to compare with)
+// usage: bench_gemm [--tokens M ...] [--step-ms MS ...] [--algorithms K]   (default M = 16384 and
+// 65536, GPT-2's 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per M to
+// compare with; --algorithms K also times the heuristic's first K algorithms of each product and
+// sums the fastest: what choosing by measurement instead of by the heuristic would buy)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -47,7 +49,8 @@ void check_lt(cublasStatus_t s, const char* what) {
 class LtProduct {
 public:
     LtProduct(cublasLtHandle_t lt, bool trans_a, bool trans_b, long long m, long long n,
-              long long k, cudaDataType_t c_type, void* workspace, std::size_t workspace_bytes)
+              long long k, cudaDataType_t c_type, void* workspace, std::size_t workspace_bytes,
+              int algorithms = 1)
         : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
         check_lt(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
         const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -67,11 +70,13 @@ public:
         check_lt(cublasLtMatmulPreferenceSetAttribute(
                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                      sizeof workspace_bytes_), "workspace");
+        heuristics_.resize(algorithms);
         int found = 0;
-        check_lt(cublasLtMatmulAlgoGetHeuristic(lt_, desc_, b_, a_, c_, c_, pref, 1, &heuristic_,
-                                                &found), "heuristic");
+        check_lt(cublasLtMatmulAlgoGetHeuristic(lt_, desc_, b_, a_, c_, c_, pref, algorithms,
+                                                heuristics_.data(), &found), "heuristic");
         cublasLtMatmulPreferenceDestroy(pref);
         if (found == 0) throw std::runtime_error("cuBLASLt offers no algorithm for this product");
+        heuristics_.resize(found);
     }
     ~LtProduct() {
         cublasLtMatrixLayoutDestroy(a_);
@@ -82,10 +87,14 @@ public:
     LtProduct(const LtProduct&) = delete;
     LtProduct& operator=(const LtProduct&) = delete;
 
-    void run(const void* a, const void* b, void* c) const {
+    int algorithms() const { return static_cast<int>(heuristics_.size()); }
+
+    // With the heuristic's `algorithm`-th choice (0: its first).
+    void run(const void* a, const void* b, void* c, int algorithm = 0) const {
         const float one = 1.0f, zero = 0.0f;
         check_lt(cublasLtMatmul(lt_, desc_, &one, b, b_, a, a_, &zero, c, c_, c, c_,
-                                &heuristic_.algo, workspace_, workspace_bytes_, kernels::stream()),
+                                &heuristics_[algorithm].algo, workspace_, workspace_bytes_,
+                                kernels::stream()),
                  "matmul");
     }
 
@@ -95,7 +104,7 @@ private:
     std::size_t workspace_bytes_;
     cublasLtMatmulDesc_t desc_{};
     cublasLtMatrixLayout_t a_{}, b_{}, c_{};
-    cublasLtMatmulHeuristicResult_t heuristic_{};
+    std::vector<cublasLtMatmulHeuristicResult_t> heuristics_;
 };
 
 struct Product {
@@ -151,12 +160,16 @@ double layout_error(cublasLtHandle_t lt, const Product& p, void* ws, std::size_t
 int main(int argc, char** argv) {
     std::vector<long long> token_counts;
     std::vector<double> step_ms;
+    int algorithms = 1;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--tokens" && i + 1 < argc) token_counts.push_back(std::atoll(argv[++i]));
         else if (arg == "--step-ms" && i + 1 < argc) step_ms.push_back(std::atof(argv[++i]));
+        else if (arg == "--algorithms" && i + 1 < argc)
+            algorithms = std::max(1, std::atoi(argv[++i]));
         else {
-            std::fprintf(stderr, "usage: bench_gemm [--tokens M ...] [--step-ms MS ...]\n");
+            std::fprintf(stderr, "usage: bench_gemm [--tokens M ...] [--step-ms MS ...] "
+                                 "[--algorithms K]\n");
             return 2;
         }
     }
@@ -179,8 +192,9 @@ int main(int argc, char** argv) {
             linear(products, "mlp proj", M, 768, 3072, 12);
             linear(products, "head", M, 50304, 768, 1);
             std::printf("\nM = %lld tokens\n| layer | pass | m x n x k | layout error | ms | "
-                        "TFLOP/s | a step |\n| --- | --- | --- | --- | --- | --- | --- |\n", M);
-            double total_ms = 0.0, total_flops = 0.0;
+                        "TFLOP/s | a step | best of %d: ms (which) |\n| --- | --- | --- | --- | "
+                        "--- | --- | --- | --- |\n", M, algorithms);
+            double total_ms = 0.0, total_flops = 0.0, best_total_ms = 0.0;
             for (const Product& p : products) {
                 const double err = layout_error(lt, p, ws, ws_bytes);
                 if (!(err < 2e-2))
@@ -191,14 +205,26 @@ int main(int argc, char** argv) {
                 Tensor c = Tensor::empty({p.m, p.n}, p.f32_out ? DType::f32 : DType::bf16,
                                          Device::cuda);
                 LtProduct product(lt, p.trans_a, p.trans_b, p.m, p.n, p.k,
-                                  p.f32_out ? CUDA_R_32F : CUDA_R_16BF, ws, ws_bytes);
-                const double ms = timer.median_ms(
-                    [&] { product.run(a.raw_data(), b.raw_data(), c.raw_data()); }, 20);
+                                  p.f32_out ? CUDA_R_32F : CUDA_R_16BF, ws, ws_bytes, algorithms);
+                const auto time = [&](int algorithm) {
+                    return timer.median_ms(
+                        [&] { product.run(a.raw_data(), b.raw_data(), c.raw_data(), algorithm); },
+                        20);
+                };
+                const double ms = time(0);
+                double best_ms = ms;
+                int best = 0;
+                for (int i = 1; i < product.algorithms(); ++i) {
+                    const double t = time(i);
+                    if (t < best_ms) best_ms = t, best = i;
+                }
                 const double flops = 2.0 * p.m * p.n * p.k;
                 total_ms += ms * p.count;
+                best_total_ms += best_ms * p.count;
                 total_flops += flops * p.count;
-                std::printf("| %s | %s | %lld x %lld x %lld | %.1e | %.3f | %.0f | x%d |\n",
-                            p.layer, p.pass, p.m, p.n, p.k, err, ms, flops / (ms * 1e9), p.count);
+                std::printf("| %s | %s | %lld x %lld x %lld | %.1e | %.3f | %.0f | x%d | %.3f (%d of "
+                            "%d) |\n", p.layer, p.pass, p.m, p.n, p.k, err, ms, flops / (ms * 1e9),
+                            p.count, best_ms, best, product.algorithms());
             }
             std::printf("GEMMs of a step: %.2f ms, %.1f TFLOP, %.0f TFLOP/s, %.0f tokens/s at most",
                         total_ms, total_flops / 1e12, total_flops / (total_ms * 1e9),
@@ -206,6 +232,9 @@ int main(int argc, char** argv) {
             if (t < step_ms.size())
                 std::printf("; the measured step %.2f ms: the GEMMs alone are %.0f%% of it",
                             step_ms[t], 100.0 * total_ms / step_ms[t]);
+            if (algorithms > 1)
+                std::printf("\nthe fastest of the first %d algorithms: %.2f ms (%.1f%% less)",
+                            algorithms, best_total_ms, 100.0 * (1.0 - best_total_ms / total_ms));
             std::printf("\n");
         }
         cudaFree(ws);

@@ -1,4 +1,5 @@
-// kernels/matmul.cu: see matmul.h. One cublasGemmStridedBatchedEx call per gemm: A and B of
+// kernels/matmul.cu: see matmul.h. One cublasGemmStridedBatchedEx call per gemm (a single 16-bit
+// product with alpha = 1 and beta = 0 goes to cuBLASLt's, linear_lt.h, where it can): A and B of
 // ab_type, C of c_type, products accumulated in fp32 (CUBLAS_COMPUTE_32F, or its TF32 form for f32
 // inputs when the call asks for it), so alpha and beta are floats for every combination.
 //
@@ -12,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "linear_lt.h"
 #include "matmul.h"
 #include "runtime.h"
 
@@ -67,13 +69,17 @@ cudaDataType_t cuda_type(ScalarType type) {
 void gemm(ScalarType ab_type, ScalarType c_type, bool trans_a, bool trans_b, long long m,
           long long n, long long k, float alpha, const void* a, long long stride_a, const void* b,
           long long stride_b, float beta, void* c, long long stride_c, long long batch,
-          bool tf32) {
+          bool tf32, bool autotune) {
     if (!supported(ab_type, c_type))
         throw std::invalid_argument(std::string("gemm: A and B of ") + type_name(ab_type) +
                                     " with C of " + type_name(c_type) +
                                     " is not supported (f32/f32, bf16/bf16, bf16/f32, f16/f16, "
                                     "f16/f32 are)");
     if (m == 0 || n == 0 || batch == 0) return;
+    const bool half = ab_type == ScalarType::bf16 || ab_type == ScalarType::f16;
+    if (half && batch == 1 && k > 0 && alpha == 1.0f && beta == 0.0f &&
+        gemm_lt(ab_type, c_type == ScalarType::f32, trans_a, trans_b, m, n, k, a, b, c, autotune))
+        return;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     long long ld_b = trans_b ? k : n;  // row length of B as stored

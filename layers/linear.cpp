@@ -31,10 +31,9 @@ Tensor Linear::forward(const Tensor& x) const {
              weight.size(1));
     // The layer computes in its input's dtype: f32 weights meet bf16 activations as bf16 copies,
     // and their gradients come back to the f32 weights (core/ops.h, linear).
-    const MatmulOptions options{tf32_};
-    return x.dim() == 1 ? linear(x.reshape({1, x.size(0)}), weight, bias, options)
+    return x.dim() == 1 ? linear(x.reshape({1, x.size(0)}), weight, bias, matmul_)
                               .reshape({weight.size(0)})
-                        : linear(x, weight, bias, options);
+                        : linear(x, weight, bias, matmul_);
 }
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, float init_std,

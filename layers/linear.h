@@ -15,16 +15,16 @@ public:
     Linear(std::int64_t in_features, std::int64_t out_features, bool bias, float init_std,
            Generator& gen, Device device = Device::cpu);
     Tensor forward(const Tensor& x) const;  // x (..., in) -> (..., out)
-    // f32 products on TF32 tensor cores (core/ops.h, MatmulOptions): off until set (on a built
-    // model, with Module::apply).
-    bool tf32() const { return tf32_; }
-    void set_tf32(bool on) { tf32_ = on; }
+    // How its products run (core/ops.h, MatmulOptions: TF32, autotuned algorithms): the defaults
+    // until set (on a built model, with Module::apply).
+    const MatmulOptions& matmul_options() const { return matmul_; }
+    void set_matmul_options(const MatmulOptions& options) { matmul_ = options; }
 
     Tensor weight;  // (out, in)
     Tensor bias;    // (out) or undefined
 
 private:
-    bool tf32_ = false;
+    MatmulOptions matmul_;
 };
 
 class Embedding final : public Module {

@@ -40,7 +40,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
     // no (T, T) tensor, from c_attn's (B, T, 3C) to the (B, T, C) c_proj reads.
     AttentionOptions options;
     options.backend = backend_;
-    options.tf32 = c_attn.tf32();  // the products between the layers' as the layers' own
+    options.tf32 = c_attn.matmul_options().tf32;  // the products between the layers' as theirs
     Tensor y = causal_self_attention(c_attn.forward(x), n_head_, dropout_, training(), options);
     return dropout(c_proj.forward(y), dropout_, training());
 }
@@ -60,7 +60,7 @@ Tensor MLP::forward(const Tensor& x) const {
     if (x.defined() && x.dim() == 1)
         return forward(x.reshape({1, x.size(0)})).reshape({c_proj.weight.size(0)});
     return dropout(mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias, gelu_,
-                       MatmulOptions{c_fc.tf32()}),
+                       c_fc.matmul_options()),
                    dropout_, training());
 }
 

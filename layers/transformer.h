@@ -18,7 +18,7 @@ namespace fg {
 
 // The blocks' shape. Kernel settings (the norms' dw/db reduction, the attention's kernels, TF32)
 // are not here: they are set on the built layers (Module::apply, NormBase::set_reduction,
-// CausalSelfAttention::set_backend, Linear::set_tf32).
+// CausalSelfAttention::set_backend, Linear::set_matmul_options).
 struct TransformerConfig {
     std::int64_t n_embd = 0, n_head = 0, n_layer = 1;
     bool bias = true;

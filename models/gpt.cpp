@@ -62,7 +62,7 @@ Tensor GPT::forward(const Tensor& ids) const {
     for (const auto& block : h) stream = block->forward(stream);
     x = ln_f->forward(stream.delta, stream.h).y;  // the last block's sum added as ln_f reads it
     // Tied head: (B, T, C) @ (V, C)^T -> (B, T, V), in the activations' dtype.
-    return matmul(x, cast(wte.weight, x.dtype()), false, true, MatmulOptions{tf32_});
+    return matmul(x, cast(wte.weight, x.dtype()), false, true, matmul_);
 }
 
 Tensor GPT::loss(const Tensor& logits, const Tensor& targets, int ignore_index) const {

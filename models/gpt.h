@@ -48,9 +48,9 @@ public:
     std::vector<std::pair<std::string, Tensor*>> state_dict();
     const GPTConfig& config() const { return config_; }
     std::int64_t num_parameters();  // counted once (the tied head is wte)
-    // The tied head's f32 product on TF32 tensor cores (as Linear::set_tf32; off until set).
-    bool tf32() const { return tf32_; }
-    void set_tf32(bool on) { tf32_ = on; }
+    // How the tied head's product runs (as Linear::set_matmul_options; the defaults until set).
+    const MatmulOptions& matmul_options() const { return matmul_; }
+    void set_matmul_options(const MatmulOptions& options) { matmul_ = options; }
 
     Embedding wte, wpe;
     std::vector<std::unique_ptr<Block>> h;
@@ -60,7 +60,7 @@ private:
     GPTConfig config_;
     Module transformer_;  // only groups the "transformer." names
     Tensor positions_;    // i32 (block_size): 0, 1, ..., made once on the model's device
-    bool tf32_ = false;
+    MatmulOptions matmul_;
 };
 
 }  // namespace fg

@@ -122,8 +122,11 @@ hash_of() { grep -o "weights are identical after step 50 (xxh3 [0-9a-f]*)" "$1";
 # 3. A rank killed mid-run (kill -9, no goodbye): the other, which may be waiting inside an NCCL
 #    exchange, stops within seconds, saying why, rather than hanging in the collective.
 port=$((20000 + RANDOM % 30000))
+# (The heuristic's GEMM algorithms: section 4 compares two processes' bf16 weights bit for bit,
+# and autotuning may choose differently in each.)
 long=("${sets[@]}" --set train.precision=bf16 --set train.steps=1000000
-      --set train.eval_interval=1000000 --set train.checkpoint_interval=1000000)
+      --set train.eval_interval=1000000 --set train.checkpoint_interval=1000000
+      --set kernels.matmul_autotune=false)
 WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 MASTER_PORT=$port "$bin" train configs/addition.yaml \
     "${long[@]}" --set train.out_dir="$work/killed" > "$work/k1.log" 2>&1 &
 rank1=$!

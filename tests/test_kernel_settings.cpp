@@ -125,11 +125,11 @@ TEST_CASE("train.precision tf32 reaches every product's layer, and nothing else 
         fs::remove_all(dir);
         Trainer t(test::tiny_addition_run(dir, 2, {"train.precision=" + precision}), log);
         const bool want = precision == "tf32";
-        CHECK(t.model().tf32() == want);
+        CHECK(t.model().matmul_options().tf32 == want);
         int linears = 0;
         t.model().apply([&](Module& m) {
             if (auto* layer = dynamic_cast<Linear*>(&m)) {
-                CHECK(layer->tf32() == want);
+                CHECK(layer->matmul_options().tf32 == want);
                 ++linears;
             }
         });
@@ -138,8 +138,34 @@ TEST_CASE("train.precision tf32 reaches every product's layer, and nothing else 
     // A model built by hand multiplies in plain fp32 until told otherwise.
     Generator gen(1);
     GPT plain(test::small_gpt(11, 8, 1, 2, 8), gen);
-    CHECK_FALSE(plain.tf32());
-    CHECK_FALSE(plain.h[0]->attn.c_attn.tf32());
+    CHECK_FALSE(plain.matmul_options().tf32);
+    CHECK_FALSE(plain.h[0]->attn.c_attn.matmul_options().tf32);
+}
+
+TEST_CASE("kernels.matmul_autotune reaches every product's layer and the head, a model built by "
+          "hand keeps the heuristic's algorithms", "[kernel_settings]") {
+    const std::string dir = "/tmp/fg_kernel_settings_autotune";
+    std::ostringstream log;
+    for (const bool on : {true, false}) {
+        INFO("kernels.matmul_autotune=" << on);
+        fs::remove_all(dir);
+        std::vector<std::string> sets;
+        if (!on) sets.push_back("kernels.matmul_autotune=false");
+        Trainer t(test::tiny_addition_run(dir, 2, sets), log);  // on unless set: the default
+        CHECK(t.model().matmul_options().autotune == on);
+        int linears = 0;
+        t.model().apply([&](Module& m) {
+            if (auto* layer = dynamic_cast<Linear*>(&m)) {
+                CHECK(layer->matmul_options().autotune == on);
+                ++linears;
+            }
+        });
+        CHECK(linears == 4 * t.model().config().n_layer);
+    }
+    Generator gen(1);
+    GPT plain(test::small_gpt(11, 8, 1, 2, 8), gen);
+    CHECK_FALSE(plain.matmul_options().autotune);
+    CHECK_FALSE(plain.h[0]->mlp.c_fc.matmul_options().autotune);
 }
 
 TEST_CASE("a resume's kernels.norm_reduction reaches the modules, and load_run's too",

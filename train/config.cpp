@@ -238,6 +238,7 @@ const std::vector<Field>& schema() {
         may_resume_with(field("train", "phase_times", &C::train, &C::Train::phase_times, "on CUDA, time each step's phases on the GPU (forward + backward, gradient exchange, norm + update) and log their medians at the end of the run; the steps then run eagerly, not captured")),
         may_resume_with(choice("kernels", "norm_reduction", &C::kernels, &C::Kernels::norm_reduction, "dw/db reduction of the norm kernels: auto, grid or locked", kReductionNames)),
         may_resume_with(choice("kernels", "attention", &C::kernels, &C::Kernels::attention, "attention kernels on CUDA: auto (cuDNN's flash attention where it can run, else fused), cudnn or fused", kAttentionNames)),
+        may_resume_with(field("kernels", "matmul_autotune", &C::kernels, &C::Kernels::matmul_autotune, "on CUDA, each 16-bit product's shape runs the fastest of cuBLASLt's first eight algorithms, timed at the shape's first call, instead of the heuristic's first: faster, but another process may time another one fastest and round differently (false: the heuristic's, the same in every process)")),
         may_resume_with(field("kernels", "cuda_graph", &C::kernels, &C::Kernels::cuda_graph, "on CUDA, capture the whole training step once as a CUDA graph and replay it (no host synchronisation inside a step); where it cannot be captured, steps run one launch at a time and the log says why")),
 
     };

@@ -81,6 +81,7 @@ struct Config {
         NormReduction norm_reduction = NormReduction::automatic;
         AttentionBackend attention = AttentionBackend::automatic;
         bool cuda_graph = true;  // capture the training step as a CUDA graph (train/wing.h)
+        bool matmul_autotune = true;  // 16-bit products: cuBLASLt's fastest (core/ops.h)
     } kernels;
     // Notes for the user that are not errors (a deprecated key was read); the caller prints them.
     std::vector<std::string> warnings;

@@ -56,7 +56,7 @@ GPTConfig gpt_config(const Config& c, std::int64_t vocab) {
 void configure_kernels(Module& model, const Config& c) {
     const NormReduction reduction = c.kernels.norm_reduction;
     const AttentionBackend attention = c.kernels.attention;
-    const bool tf32 = precision_settings(c).tf32;
+    const MatmulOptions products{precision_settings(c).tf32, c.kernels.matmul_autotune};
     if (attention == AttentionBackend::cudnn) {
         const std::vector<Tensor*> params = model.parameters();
         const Device device = params.empty() ? Device::cpu : params.front()->device();
@@ -64,11 +64,11 @@ void configure_kernels(Module& model, const Config& c) {
         FG_CHECK(why.empty(), "train", "kernels.attention is cudnn, but cuDNN's fused attention "
                  "cannot run this model: ", why, "; set kernels.attention to auto or fused");
     }
-    model.apply([reduction, attention, tf32](Module& m) {
+    model.apply([reduction, attention, products](Module& m) {
         if (auto* norm = dynamic_cast<NormBase*>(&m)) norm->set_reduction(reduction);
         if (auto* attn = dynamic_cast<CausalSelfAttention*>(&m)) attn->set_backend(attention);
-        if (auto* layer = dynamic_cast<Linear*>(&m)) layer->set_tf32(tf32);
-        if (auto* gpt = dynamic_cast<GPT*>(&m)) gpt->set_tf32(tf32);
+        if (auto* layer = dynamic_cast<Linear*>(&m)) layer->set_matmul_options(products);
+        if (auto* gpt = dynamic_cast<GPT*>(&m)) gpt->set_matmul_options(products);
     });
 }
 

@@ -130,10 +130,11 @@ void* at(const Tensor& t, std::int64_t index) {
 }
 
 // S = Q K^T for every head into `s` (heads_total, T, T), of the accumulate dtype.
-void scores(const Tensor& qkv, Tensor& s, const AttentionShape& a, bool tf32) {
+void scores(const Tensor& qkv, Tensor& s, const AttentionShape& a,
+            const MatmulOptions& products) {
     const std::int64_t td = a.t * a.d;
     gemm_raw(qkv.device(), qkv.dtype(), s.dtype(), false, true, a.t, a.t, a.d, at(qkv, 0), td,
-             at(qkv, a.qkv_stride()), td, s.raw_data(), a.t * a.t, a.heads_total, tf32);
+             at(qkv, a.qkv_stride()), td, s.raw_data(), a.t * a.t, a.heads_total, products);
 }
 
 // ---- cuDNN's fused attention ------------------------------------------------------------------
@@ -288,20 +289,20 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training,
     if (cudnn) return cudnn_attention(qkv, a, heads_layout(qkv, a));
     const DType dt = qkv.dtype(), acc = accumulate_dtype(dt);
     const bool half = is_half(dt);
+    const MatmulOptions products{options.tf32};
     Tensor out = Tensor::empty({b, h, t, d}, dt, qkv.device());
     Tensor lse = Tensor::empty({a.rows()}, acc, qkv.device());
     {
         Tensor s = Tensor::empty({a.heads_total, t, t}, acc, qkv.device());
-        scores(qkv, s, a, options.tf32);
+        scores(qkv, s, a, products);
         Tensor pd = half ? Tensor::empty({a.heads_total, t, t}, dt, qkv.device()) : s;
         probs(s, pd, lse, true, a);  // in place when f32: S becomes Pd
         gemm_raw(qkv.device(), dt, dt, false, false, t, d, t, pd.raw_data(), t * t,
                  at(qkv, 2 * a.qkv_stride()), t * d, out.raw_data(), t * d, a.heads_total,
-                 options.tf32);
+                 products);
     }
     Tensor saved = qkv.detach();
-    const bool tf32 = options.tf32;
-    return record(op, {qkv}, out, [saved, lse, a, tf32](const Tensor& g) -> std::vector<Tensor> {
+    return record(op, {qkv}, out, [saved, lse, a, products](const Tensor& g) -> std::vector<Tensor> {
         const std::int64_t t = a.t, d = a.d, tt = t * t, td = t * d, n = a.heads_total;
         const Device dev = saved.device();
         const DType dt = saved.dtype(), acc = accumulate_dtype(dt);
@@ -310,23 +311,23 @@ Tensor causal_attention(const Tensor& qkv, double dropout_p, bool training,
         Tensor s = Tensor::empty({n, t, t}, acc, dev);
         Tensor pd = Tensor::empty({n, t, t}, dt, dev);
         Tensor lse_copy = lse;  // the lambda's captures are const
-        scores(saved, s, a, tf32);
+        scores(saved, s, a, products);
         probs(s, pd, lse_copy, false, a);
         // dV = Pd^T dO
         gemm_raw(dev, dt, dt, true, false, t, d, t, pd.raw_data(), tt, g.raw_data(), td,
-                 at(dqkv, 2 * a.qkv_stride()), td, n, tf32);
+                 at(dqkv, 2 * a.qkv_stride()), td, n, products);
         // dPd = dO V^T, kept in the accumulate dtype: into Pd's buffer when that is the same
         Tensor dpd = half ? Tensor::empty({n, t, t}, acc, dev) : pd;
         gemm_raw(dev, dt, acc, false, true, t, t, d, g.raw_data(), td,
-                 at(saved, 2 * a.qkv_stride()), td, dpd.raw_data(), tt, n, tf32);
+                 at(saved, 2 * a.qkv_stride()), td, dpd.raw_data(), tt, n, products);
         // dS (scale included), the next GEMMs' operand: in S's buffer when f32, else in Pd's
         Tensor ds = half ? pd : s;
         probs_backward(s, dpd, lse, ds, a);
         // dQ = dS K;  dK = dS^T Q
         gemm_raw(dev, dt, dt, false, false, t, d, t, ds.raw_data(), tt, at(saved, a.qkv_stride()),
-                 td, at(dqkv, 0), td, n, tf32);
+                 td, at(dqkv, 0), td, n, products);
         gemm_raw(dev, dt, dt, true, false, t, d, t, ds.raw_data(), tt, at(saved, 0), td,
-                 at(dqkv, a.qkv_stride()), td, n, tf32);
+                 at(dqkv, a.qkv_stride()), td, n, products);
         return {dqkv};
     });
 }

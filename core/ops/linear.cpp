@@ -10,8 +10,7 @@
 // bias gradients with their casts back to f32. The values differ from the composition's
 // by roundings only (y's bias is added before y is rounded, dw is not rounded to 16 bits on the
 // way), which the GPU tests bound. Where cuBLASLt has no algorithm for a call, that call runs the
-// composition (the weight gradient: a plain cuBLAS product), and linear_epilogue_failure() says
-// why.
+// composition, and linear_epilogue_failure() says why. options.autotune reaches every product.
 //
 // mlp(x, w1, b1, w2, b2, form): an MLP's two layers, y = linear(gelu(linear(x, w1, b1)), w2, b2).
 // With GPT-2's tanh GELU (the one cuBLASLt has) and the same conditions as above, the GELU rides
@@ -95,25 +94,22 @@ bool epilogue_fits(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 // The backward's products of a layer y (m, n) = x (m, k) @ w16^T + b, given g = dy:
 // dx = g @ w16 in x's dtype, on raw buffers.
 Tensor input_grad(const Tensor& g, const Tensor& w16, const Shape& x_shape, std::int64_t m,
-                  std::int64_t n, std::int64_t k, DType dt) {
+                  std::int64_t n, std::int64_t k, DType dt, const MatmulOptions& options) {
     Tensor dx = Tensor::empty(x_shape, dt, Device::cuda);
     gemm_raw(Device::cuda, dt, dt, false, false, m, k, n, g.raw_data(), 0, w16.raw_data(), 0,
-             dx.raw_data(), m * k, 1, false);  // 16-bit: TF32 does not apply
+             dx.raw_data(), m * k, 1, options);
     return dx;
 }
 
-// dw = g^T @ x (f32): one cuBLASLt product, or a plain one where it has no algorithm; db = sum
-// over rows of g (f32), by column_sum straight from g's 16-bit values.
+// dw = g^T @ x written in f32 by the product; db = sum over rows of g (f32), by column_sum
+// straight from g's 16-bit values.
 std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& g, const Tensor& x, std::int64_t m,
-                                               std::int64_t n, std::int64_t k, DType dt) {
-    CudaBackend& cuda = cuda_backend("linear");
+                                               std::int64_t n, std::int64_t k, DType dt,
+                                               const MatmulOptions& options) {
     Tensor dw = Tensor::empty({n, k}, DType::f32, Device::cuda);
-    if (!cuda.linear_weight_grad_lt(scalar_type(dt), m, n, k, g.raw_data(), x.raw_data(),
-                                    dw.data<float>())) {
-        note_refusal("weight-gradient product", m, n, k, dt, "a plain cuBLAS product");
-        gemm_raw(Device::cuda, dt, DType::f32, true, false, n, k, m, g.raw_data(), 0, x.raw_data(),
-                 0, dw.raw_data(), n * k, 1, false);
-    }
+    gemm_raw(Device::cuda, dt, DType::f32, true, false, n, k, m, g.raw_data(), 0, x.raw_data(), 0,
+             dw.raw_data(), n * k, 1, options);
+    CudaBackend& cuda = cuda_backend("linear");
     Tensor db = Tensor::empty({n}, DType::f32, Device::cuda);
     Tensor ws = scratch_bytes(Device::cuda, cuda.column_sum_workspace_bytes(m, n));
     cuda.column_sum(scalar_type(dt), g.raw_data(), m, n, db.raw_data(), ws.raw_data(), true);
@@ -137,16 +133,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
     const DType dt = x.dtype();
     Tensor w16 = cast_raw(weight, dt), b16 = cast_raw(bias, dt);
     Tensor y = Tensor::empty(with_last(x.shape(), n), dt, x.device());
-    if (!cuda_backend(op).linear_forward_lt(scalar_type(dt), m, n, k, x.raw_data(),
-                                            w16.raw_data(), b16.raw_data(), y.raw_data())) {
+    if (!cuda_backend(op).linear_forward_lt(scalar_type(dt), m, n, k, x.raw_data(), w16.raw_data(),
+                                            b16.raw_data(), y.raw_data(), options.autotune)) {
         note_refusal("bias epilogue", m, n, k, dt);
         return composed(x, weight, bias, options);
     }
     Tensor sx = x.detach();
     return record(op, {x, weight, bias}, y,
-                  [sx, w16, m, n, k, dt](const Tensor& g) -> std::vector<Tensor> {
-        Tensor dx = input_grad(g, w16, sx.shape(), m, n, k, dt);
-        auto [dw, db] = weight_and_bias_grad(g, sx, m, n, k, dt);
+                  [sx, w16, m, n, k, dt, options](const Tensor& g) -> std::vector<Tensor> {
+        Tensor dx = input_grad(g, w16, sx.shape(), m, n, k, dt, options);
+        auto [dw, db] = weight_and_bias_grad(g, sx, m, n, k, dt, options);
         return {dx, dw, db};
     });
 }
@@ -173,29 +169,32 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
     Tensor y = Tensor::empty(with_last(x.shape(), out), dt, x.device());
     CudaBackend& cuda = cuda_backend(op);
     if (!cuda.linear_gelu_forward_lt(scalar_type(dt), m, h, c, x.raw_data(), w1_16.raw_data(),
-                                     b1_16.raw_data(), a.raw_data(), pre.raw_data())) {
+                                     b1_16.raw_data(), a.raw_data(), pre.raw_data(),
+                                     options.autotune)) {
         note_refusal("GELU epilogue", m, h, c, dt, "a matmul and separate bias and GELU kernels");
         return composition();
     }
     if (!cuda.linear_forward_lt(scalar_type(dt), m, out, h, a.raw_data(), w2_16.raw_data(),
-                                b2_16.raw_data(), y.raw_data())) {
+                                b2_16.raw_data(), y.raw_data(), options.autotune)) {
         note_refusal("bias epilogue", m, out, h, dt);
         return composition();
     }
     Tensor sx = x.detach();
     return record(op, {x, w1, b1, w2, b2}, y,
-                  [sx, a, pre, w1_16, w2_16, m, c, h, out, dt](const Tensor& g) -> std::vector<Tensor> {
-        auto [dw2, db2] = weight_and_bias_grad(g, a, m, out, h, dt);
+                  [sx, a, pre, w1_16, w2_16, m, c, h, out, dt, options](const Tensor& g) -> std::vector<Tensor> {
+        auto [dw2, db2] = weight_and_bias_grad(g, a, m, out, h, dt, options);
         Tensor dpre = Tensor::empty({m, h}, dt, Device::cuda);
         if (!cuda_backend("mlp").linear_input_grad_dgelu_lt(scalar_type(dt), m, out, h,
                                                             g.raw_data(), w2_16.raw_data(),
-                                                            pre.raw_data(), dpre.raw_data())) {
+                                                            pre.raw_data(), dpre.raw_data(),
+                                                            options.autotune)) {
             note_refusal("GELU-gradient epilogue", m, out, h, dt,
                          "a matmul and a separate GELU-gradient kernel");
-            dpre = gelu_backward(pre, input_grad(g, w2_16, {m, h}, m, out, h, dt), GeluForm::tanh);
+            dpre = gelu_backward(pre, input_grad(g, w2_16, {m, h}, m, out, h, dt, options),
+                                 GeluForm::tanh);
         }
-        auto [dw1, db1] = weight_and_bias_grad(dpre, sx, m, h, c, dt);
-        Tensor dx = input_grad(dpre, w1_16, sx.shape(), m, h, c, dt);
+        auto [dw1, db1] = weight_and_bias_grad(dpre, sx, m, h, c, dt, options);
+        Tensor dx = input_grad(dpre, w1_16, sx.shape(), m, h, c, dt, options);
         return {dx, dw1, db1, dw2, db2};
     });
 }

@@ -81,12 +81,12 @@ std::vector<float> widen_raw(const void* src, DType dtype, std::int64_t count) {
 }
 
 // op(a) @ op(b), not recorded.
-Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool tf32) {
+Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulOptions& options) {
     GemmShape s = gemm_shape(a, b, ta, tb);
     if (s.k == 0) return Tensor::zeros(s.out_shape, a.dtype(), a.device());  // the sum of nothing
     Tensor c = Tensor::empty(s.out_shape, a.dtype(), a.device());
     gemm_raw(a.device(), a.dtype(), a.dtype(), ta, tb, s.m, s.n, s.k, a.raw_data(), s.stride_a,
-             b.raw_data(), s.stride_b, c.raw_data(), s.m * s.n, s.batch, tf32);
+             b.raw_data(), s.stride_b, c.raw_data(), s.m * s.n, s.batch, options);
     return c;
 }
 
@@ -97,13 +97,14 @@ namespace ops_detail {
 void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, std::int64_t m,
               std::int64_t n, std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
               std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch,
-              bool tf32) {
+              const MatmulOptions& options) {
     FG_ASSERT(c_dtype == ab_dtype || (is_half(ab_dtype) && c_dtype == DType::f32),
               "gemm_raw: ", dtype_name(ab_dtype), " inputs cannot write ", dtype_name(c_dtype));
     if (batch == 0 || m == 0 || n == 0) return;
     if (device == Device::cuda) {
         cuda_backend("matmul").gemm(scalar_type(ab_dtype), scalar_type(c_dtype), ta, tb, m, n, k,
-                                    1.0f, a, stride_a, b, stride_b, 0.0f, c, stride_c, batch, tf32);
+                                    1.0f, a, stride_a, b, stride_b, 0.0f, c, stride_c, batch,
+                                    options.tf32, options.autotune);
         return;
     }
     if (is_half(ab_dtype)) {
@@ -139,20 +140,19 @@ void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, st
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulOptions& options) {
     check_binary("matmul", a, b);
-    const bool tf32 = options.tf32;
-    Tensor c = gemm(a, b, ta, tb, tf32);
+    Tensor c = gemm(a, b, ta, tb, options);
     Tensor sa = a.detach(), sb = b.detach();
-    return record("matmul", {a, b}, c, [sa, sb, ta, tb, tf32](const Tensor& g) -> std::vector<Tensor> {
+    return record("matmul", {a, b}, c, [sa, sb, ta, tb, options](const Tensor& g) -> std::vector<Tensor> {
         bool shared_b = sb.dim() == 2 && sa.dim() > 2;
-        Tensor da = ta ? gemm(sb, g, tb, true, tf32) : gemm(g, sb, false, !tb, tf32);
+        Tensor da = ta ? gemm(sb, g, tb, true, options) : gemm(g, sb, false, !tb, options);
         Tensor db;
         if (shared_b) {
             // Fold the batch into the rows: A (P, K), G (P, N) with P = batch * M.
             Tensor a2 = sa.reshape({-1, sa.size(-1)});
             Tensor g2 = g.reshape({-1, g.size(-1)});
-            db = tb ? gemm(g2, a2, true, false, tf32) : gemm(a2, g2, true, false, tf32);
+            db = tb ? gemm(g2, a2, true, false, options) : gemm(a2, g2, true, false, options);
         } else {
-            db = tb ? gemm(g, sa, true, ta, tf32) : gemm(sa, g, !ta, false, tf32);
+            db = tb ? gemm(g, sa, true, ta, options) : gemm(sa, g, !ta, false, options);
         }
         return {da.reshape(sa.shape()), db.reshape(sb.shape())};
     });

@@ -389,6 +389,66 @@ TEST_CASE("TF32 matmul is close, asked per call, and off by default", "[gpu]") {
     CHECK(rel_error(da_tf32, x.grad().to_vector<double>()) > 0);
 }
 
+TEST_CASE("16-bit products by cuBLASLt, heuristic or autotuned, are close to float64",
+          "[gpu][autotune]") {
+    // A single 16-bit product goes through cuBLASLt (kernels/linear_lt.h), with the heuristic's
+    // first algorithm or, autotuned, the fastest of its first eight: every layout, 16-bit and f32
+    // outputs (a linear layer's weight gradient), forward and backward, against float64 from the
+    // same rounded inputs. Shapes: GPT-2's widths, odd ones (rows of 7 and 33 values are not
+    // 16-byte aligned: cuBLASLt may refuse them, and cuBLAS then runs them), one column.
+    require_gpu();
+    struct Case {
+        std::int64_t m, n, k;
+    };
+    for (DType dtype : {DType::bf16, DType::f16}) {
+        const double u = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+        for (Case c :
+             {Case{64, 2304, 768}, Case{256, 768, 3072}, Case{37, 33, 65}, Case{7, 1, 33}}) {
+            for (bool autotune : {false, true}) {
+                const MatmulOptions options{false, autotune};
+                for (bool ta : {false, true}) {
+                    for (bool tb : {false, true}) {
+                        INFO(dtype_name(dtype) << " m " << c.m << " n " << c.n << " k " << c.k
+                                               << " ta " << ta << " tb " << tb << " autotune "
+                                               << autotune);
+                        Tensor a = random_f32(ta ? Shape{c.k, c.m} : Shape{c.m, c.k}).to(dtype);
+                        Tensor b = random_f32(tb ? Shape{c.n, c.k} : Shape{c.k, c.n}).to(dtype);
+                        Tensor g = random_f32({c.m, c.n}).to(dtype);
+                        Tensor ga = a.to(Device::cuda).detach().set_requires_grad(true);
+                        Tensor gb = b.to(Device::cuda).detach().set_requires_grad(true);
+                        Tensor y = matmul(ga, gb, ta, tb, options);
+                        y.backward(g.to(Device::cuda));
+                        Tensor ra = a.to(DType::f64).detach().set_requires_grad(true);
+                        Tensor rb = b.to(DType::f64).detach().set_requires_grad(true);
+                        Tensor ry = matmul(ra, rb, ta, tb);
+                        ry.backward(g.to(DType::f64));
+                        CHECK(rel_error(y.to_vector<double>(), ry.to_vector<double>()) <= u);
+                        CHECK(rel_error(ga.grad().to_vector<double>(),
+                                        ra.grad().to_vector<double>()) <= u);
+                        CHECK(rel_error(gb.grad().to_vector<double>(),
+                                        rb.grad().to_vector<double>()) <= u);
+                    }
+                }
+                // A linear layer's weight gradient: f32 from the product, never rounded to 16 bits.
+                INFO(dtype_name(dtype) << " linear m " << c.m << " n " << c.n << " k " << c.k
+                                       << " autotune " << autotune);
+                Tensor x = random_f32({c.m, c.k}).to(dtype);
+                Tensor w = random_f32({c.n, c.k}, Device::cpu, 0.1f);
+                Tensor bias = random_f32({c.n});
+                Tensor g = random_f32({c.m, c.n}).to(dtype);
+                Tensor gw = w.to(Device::cuda).detach().set_requires_grad(true);
+                Tensor gbias = bias.to(Device::cuda).detach().set_requires_grad(true);
+                linear(x.to(Device::cuda), gw, gbias, options).backward(g.to(Device::cuda));
+                Tensor rw = cast(w, dtype).to(DType::f64).detach().set_requires_grad(true);
+                matmul(x.to(DType::f64), rw, false, true).backward(g.to(DType::f64));
+                const double tol = linear_epilogue_failure().empty() ? 1e-5 : u;
+                CHECK(rel_error(gw.grad().to_vector<double>(), rw.grad().to_vector<double>()) <=
+                      tol);
+            }
+        }
+    }
+}
+
 TEST_CASE("softmax and cross-entropy match the CPU", "[gpu]") {
     require_gpu();
     for (std::int64_t cols : kCols) {
