@@ -27,8 +27,7 @@ public:
     // Every backward is queued; `loss_sum` is the sum of the micro-batches' losses (f32, on the
     // device). Returns the gradients' norm and clip factor (by default over the model's
     // parameters).
-    virtual GradNorm gradients_done(const Tensor& loss_sum, GPT& model, double max_norm) {
-        (void)loss_sum;
+    virtual GradNorm gradients_done(const Tensor& /*loss_sum*/, GPT& model, double max_norm) {
         return grad_norm(model.parameters(), max_norm);
     }
     // The update, with the clip factor applied inside it.

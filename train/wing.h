@@ -64,54 +64,44 @@ public:
     // The run begins: several ranks meet here (each checks it runs `config`), take their GPU and
     // their communicator. Before anything touches a GPU; once a wing. Without a wing for scale,
     // a process that a launcher started as one of several ranks is refused.
-    virtual void meet(const Config& config) {
-        (void)config;
+    virtual void meet(const Config& /*config*/) {
         const char* ranks = std::getenv("WORLD_SIZE");
         FG_CHECK(!ranks || std::atoi(ranks) <= 1, "train", "WORLD_SIZE is ", ranks, ", but this "
                  "trainer has no wing for scale: it would run as one process on every rank");
     }
     // The model exists: the optimizer the wing makes for `params` (ZeRO-1's sharded AdamW), or
     // null for the config's own. Then `describe` adds the wing's lines to the run's log.
-    virtual std::unique_ptr<Optimizer> attach(std::vector<NamedParam>& params,
-                                              const Config& config) {
-        (void)params, (void)config;
+    virtual std::unique_ptr<Optimizer> attach(std::vector<NamedParam>& /*params*/,
+                                              const Config& /*config*/) {
         return nullptr;
     }
-    virtual void describe(std::ostream& log, Optimizer& opt) const { (void)log, (void)opt; }
+    virtual void describe(std::ostream& /*log*/, Optimizer& /*opt*/) const {}
 
     // The eager step (train/step.h's hooks call these). A micro-batch of `rows` rows: this
     // rank's share of it, on `device`.
     virtual Batch draw(const Dataset& data, std::int64_t rows, Generator& gen, Device device) {
         return data.batch(Split::train, rows, gen, device);
     }
-    virtual void mark(StepMark mark) { (void)mark; }
+    virtual void mark(StepMark /*mark*/) {}
     virtual void step_begin() {}            // the gradients were just dropped
     virtual void before_last_backward() {}  // the last micro-batch's backward completes them
     // The gradients are queued and `loss` is this rank's mean loss: returns the ranks' mean, and
     // sets `stop` when the ranks agreed to stop after this step (a stop requested on any of them
     // by the time its exchange was done). One process: `loss`, and `stop` left as it is.
-    virtual double loss_over_ranks(double loss, bool& stop) {
-        (void)stop;
-        return loss;
-    }
+    virtual double loss_over_ranks(double loss, bool& /*stop*/) { return loss; }
     // The gradients' norm and clip factor, where the wing has them (ZeRO-1: the ranks' slices);
     // false: over the model's parameters.
-    virtual bool grad_norm(double max_norm, GradNorm& out) {
-        (void)max_norm, (void)out;
-        return false;
-    }
-    virtual void step_done(double wall_ms) { (void)wall_ms; }
+    virtual bool grad_norm(double /*max_norm*/, GradNorm& /*out*/) { return false; }
+    virtual void step_done(double /*wall_ms*/) {}
 
     // Steps queued on the device: why not for this run ("" when they can be), and the queue.
-    virtual std::string queued_steps_unsupported(const Config& config, Device device,
-                                                 const Optimizer& opt) const {
-        (void)config, (void)device, (void)opt;
+    virtual std::string queued_steps_unsupported(const Config& /*config*/, Device /*device*/,
+                                                 const Optimizer& /*opt*/) const {
         return "this trainer has no wing for scale";
     }
-    virtual std::unique_ptr<QueuedSteps> queue_steps(GPT& model, Optimizer& opt,
-                                                     const Config& config,
-                                                     std::int64_t seq_len) {
-        (void)model, (void)opt, (void)config, (void)seq_len;
+    virtual std::unique_ptr<QueuedSteps> queue_steps(GPT& /*model*/, Optimizer& /*opt*/,
+                                                     const Config& /*config*/,
+                                                     std::int64_t /*seq_len*/) {
         return nullptr;
     }
 
@@ -119,7 +109,7 @@ public:
     virtual EvalShare eval_share() { return EvalShare{}; }
     // A Trainer::run call begins / ends after step `step` (the wing's summaries to `log`).
     virtual void run_begin() {}
-    virtual void run_end(std::ostream& log, std::int64_t step) { (void)log, (void)step; }
+    virtual void run_end(std::ostream& /*log*/, std::int64_t /*step*/) {}
 };
 
 }  // namespace fg
