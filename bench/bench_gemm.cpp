@@ -13,7 +13,7 @@
 //   forward      y (M, N)  = x (M, K) @ w (N, K)^T
 //   input grad   dx (M, K) = dy (M, N) @ w (N, K)
 //   weight grad  dw (N, K) = dy (M, N)^T @ x (M, K)
-// Before timing, each product's layout is checked at a small size against kernels::gemm (cuBLAS).
+// Before timing, each product's layout is checked at a small size against float64 on the CPU.
 //
 // usage: bench_gemm [--tokens M ...] [--step-ms MS ...] [--algorithms K]   (default M = 16384 and
 // 65536, GPT-2's 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per M to
@@ -32,7 +32,7 @@
 #include "bench_common.h"
 #include "core/random.h"
 #include "core/tensor.h"
-#include "kernels/matmul.h"
+#include "core/ops.h"
 
 using namespace fg;
 
@@ -128,7 +128,7 @@ Tensor bf16_randn(long long rows, long long cols) {
     return randn({rows, cols}, Device::cuda).to(DType::bf16);
 }
 
-// The product's layout against kernels::gemm at m = min(m, 256) (and k likewise for the weight
+// The product's layout against float64 on the CPU at m = min(m, 256) (and k likewise for the weight
 // gradient): the largest difference relative to the largest value of the reference.
 double layout_error(cublasLtHandle_t lt, const Product& p, void* ws, std::size_t ws_bytes) {
     // m and k differ, so that a transposed operand read with the two swapped would show.
@@ -137,16 +137,13 @@ double layout_error(cublasLtHandle_t lt, const Product& p, void* ws, std::size_t
     const Tensor b = p.trans_b ? bf16_randn(n, k) : bf16_randn(k, n);
     const DType c_type = p.f32_out ? DType::f32 : DType::bf16;
     Tensor c = Tensor::empty({m, n}, c_type, Device::cuda);
-    Tensor ref = Tensor::empty({m, n}, c_type, Device::cuda);
     LtProduct product(lt, p.trans_a, p.trans_b, m, n, k, p.f32_out ? CUDA_R_32F : CUDA_R_16BF, ws,
                       ws_bytes);
     product.run(a.raw_data(), b.raw_data(), c.raw_data());
-    using kernels::ScalarType;
-    kernels::gemm(ScalarType::bf16, p.f32_out ? ScalarType::f32 : ScalarType::bf16, p.trans_a,
-                  p.trans_b, m, n, k, 1.0f, a.raw_data(), 0, b.raw_data(), 0, 0.0f,
-                  ref.raw_data(), 0, 1, false);
-    const std::vector<float> got = c.to(DType::f32).to_vector<float>();
-    const std::vector<float> want = ref.to(DType::f32).to_vector<float>();
+    const Tensor ref = matmul(a.to(Device::cpu).to(DType::f64), b.to(Device::cpu).to(DType::f64),
+                              p.trans_a, p.trans_b);
+    const std::vector<double> got = c.to(DType::f64).to_vector<double>();
+    const std::vector<double> want = ref.to_vector<double>();
     double diff = 0.0, scale = 0.0;
     for (std::size_t i = 0; i < got.size(); ++i) {
         diff = std::max(diff, (double)std::fabs(got[i] - want[i]));

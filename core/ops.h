@@ -52,10 +52,12 @@ Tensor mean_last(const Tensor& x); // (..., N) -> (...)
 // a (..., M, K) and b (..., K, N) with equal leading dims (batched), or b 2-D, which applies to
 // every leading index of a (a Linear layer: x (B, T, C) @ W^T with W (out, C), trans_b = true).
 // options.tf32: f32 CUDA products on TF32 tensor cores (faster, about 1e-3 relative error; the
-// backward's products too); 16-bit inputs and the CPU ignore it. options.autotune: a 16-bit CUDA
-// product (the backward's too) runs cuBLASLt's fastest algorithm for its shape, timed at the
-// shape's first call, instead of its heuristic's first guess (kernels/linear_lt.h: faster, but
-// another process may pick another one and round differently); f32 and the CPU ignore it.
+// backward's products too); 16-bit inputs and the CPU ignore it. options.autotune: a single
+// (unbatched) 16-bit CUDA product of a call that records a backward (a training step; the
+// backward's products too) runs cuBLASLt's fastest algorithm for its shape, timed at the shape's
+// first call, instead of its heuristic's first guess (kernels/linear_lt.h: faster, but another
+// process may pick another one and round differently); f32, batched products (the fused
+// attention's), forward-only calls and the CPU ignore it.
 struct MatmulOptions {
     bool tf32 = false;
     bool autotune = false;

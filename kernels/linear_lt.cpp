@@ -196,9 +196,16 @@ void autotune(Plan& p, const Call& c, void* ws) {
     FG_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capturing));
     if (p.candidates.size() < 2 || capturing != cudaStreamCaptureStatusNone) return;
     const float alpha = 1.0f, beta = 0.0f;
-    cudaEvent_t start = nullptr, stop = nullptr;
-    FG_CUDA_CHECK(cudaEventCreate(&start));
-    FG_CUDA_CHECK(cudaEventCreate(&stop));
+    struct Events {  // destroyed on every way out
+        cudaEvent_t start = nullptr, stop = nullptr;
+        ~Events() {
+            if (start) cudaEventDestroy(start);
+            if (stop) cudaEventDestroy(stop);
+        }
+    } e;
+    FG_CUDA_CHECK(cudaEventCreate(&e.start));
+    FG_CUDA_CHECK(cudaEventCreate(&e.stop));
+    cudaEvent_t start = e.start, stop = e.stop;
     std::vector<float> best(p.candidates.size(), 1e30f);
     for (int round = 0; round < 2; ++round) {
         for (std::size_t i = 0; i < p.candidates.size(); ++i) {
@@ -207,7 +214,10 @@ void autotune(Plan& p, const Call& c, void* ws) {
                                       p.d, c.d, p.d, &p.candidates[i], ws, kWorkspaceBytes,
                                       stream());
             };
-            if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run
+            if (launch() != CUBLAS_STATUS_SUCCESS) {  // a candidate that cannot run
+                cudaGetLastError();  // leaves no launch error for a later check to misname
+                continue;
+            }
             FG_CUDA_CHECK(cudaEventRecord(start, stream()));
             for (int r = 0; r < 3; ++r) FG_CUBLAS_CHECK(launch());
             FG_CUDA_CHECK(cudaEventRecord(stop, stream()));
@@ -217,8 +227,6 @@ void autotune(Plan& p, const Call& c, void* ws) {
             best[i] = std::min(best[i], ms);
         }
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
     std::size_t fastest = 0;
     for (std::size_t i = 1; i < best.size(); ++i)
         if (best[i] < best[fastest]) fastest = i;

@@ -9,8 +9,9 @@
 // What that removes from a step: the bias add as a kernel of its own, and the 16-bit weight and
 // bias gradients with their casts back to f32. The values differ from the composition's
 // by roundings only (y's bias is added before y is rounded, dw is not rounded to 16 bits on the
-// way), which the GPU tests bound. Where cuBLASLt has no algorithm for a call, that call runs the
-// composition, and linear_epilogue_failure() says why. options.autotune reaches every product.
+// way), which the GPU tests bound. Where cuBLASLt has no algorithm for a forward's epilogue, that
+// call runs the composition, and linear_epilogue_failure() says why (the backward's plain products
+// fall back to cuBLAS inside kernels::gemm). Every product runs with training_products(options).
 //
 // mlp(x, w1, b1, w2, b2, form): an MLP's two layers, y = linear(gelu(linear(x, w1, b1)), w2, b2).
 // With GPT-2's tanh GELU (the one cuBLASLt has) and the same conditions as above, the GELU rides
@@ -129,20 +130,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
     check_linear(op, x, weight, bias);
     if (!epilogue_fits(x, weight, bias)) return composed(x, weight, bias, options);
     const std::int64_t n = weight.size(0), k = weight.size(1), m = x.numel() / k;
+    const MatmulOptions products = training_products(options, {x, weight, bias});
 
     const DType dt = x.dtype();
     Tensor w16 = cast_raw(weight, dt), b16 = cast_raw(bias, dt);
     Tensor y = Tensor::empty(with_last(x.shape(), n), dt, x.device());
     if (!cuda_backend(op).linear_forward_lt(scalar_type(dt), m, n, k, x.raw_data(), w16.raw_data(),
-                                            b16.raw_data(), y.raw_data(), options.autotune)) {
+                                            b16.raw_data(), y.raw_data(), products.autotune)) {
         note_refusal("bias epilogue", m, n, k, dt);
         return composed(x, weight, bias, options);
     }
     Tensor sx = x.detach();
     return record(op, {x, weight, bias}, y,
-                  [sx, w16, m, n, k, dt, options](const Tensor& g) -> std::vector<Tensor> {
-        Tensor dx = input_grad(g, w16, sx.shape(), m, n, k, dt, options);
-        auto [dw, db] = weight_and_bias_grad(g, sx, m, n, k, dt, options);
+                  [sx, w16, m, n, k, dt, products](const Tensor& g) -> std::vector<Tensor> {
+        Tensor dx = input_grad(g, w16, sx.shape(), m, n, k, dt, products);
+        auto [dw, db] = weight_and_bias_grad(g, sx, m, n, k, dt, products);
         return {dx, dw, db};
     });
 }
@@ -161,6 +163,7 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
     if (form != GeluForm::tanh || !epilogue_fits(x, w1, b1) || !epilogue_fits(x, w2, b2))
         return composition();
     const std::int64_t c = w1.size(1), h = w1.size(0), out = w2.size(0), m = x.numel() / c;
+    const MatmulOptions products = training_products(options, {x, w1, b1, w2, b2});
 
     const DType dt = x.dtype();
     Tensor w1_16 = cast_raw(w1, dt), b1_16 = cast_raw(b1, dt);
@@ -170,31 +173,31 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
     CudaBackend& cuda = cuda_backend(op);
     if (!cuda.linear_gelu_forward_lt(scalar_type(dt), m, h, c, x.raw_data(), w1_16.raw_data(),
                                      b1_16.raw_data(), a.raw_data(), pre.raw_data(),
-                                     options.autotune)) {
+                                     products.autotune)) {
         note_refusal("GELU epilogue", m, h, c, dt, "a matmul and separate bias and GELU kernels");
         return composition();
     }
     if (!cuda.linear_forward_lt(scalar_type(dt), m, out, h, a.raw_data(), w2_16.raw_data(),
-                                b2_16.raw_data(), y.raw_data(), options.autotune)) {
+                                b2_16.raw_data(), y.raw_data(), products.autotune)) {
         note_refusal("bias epilogue", m, out, h, dt);
         return composition();
     }
     Tensor sx = x.detach();
     return record(op, {x, w1, b1, w2, b2}, y,
-                  [sx, a, pre, w1_16, w2_16, m, c, h, out, dt, options](const Tensor& g) -> std::vector<Tensor> {
-        auto [dw2, db2] = weight_and_bias_grad(g, a, m, out, h, dt, options);
+                  [sx, a, pre, w1_16, w2_16, m, c, h, out, dt, products](const Tensor& g) -> std::vector<Tensor> {
+        auto [dw2, db2] = weight_and_bias_grad(g, a, m, out, h, dt, products);
         Tensor dpre = Tensor::empty({m, h}, dt, Device::cuda);
         if (!cuda_backend("mlp").linear_input_grad_dgelu_lt(scalar_type(dt), m, out, h,
                                                             g.raw_data(), w2_16.raw_data(),
                                                             pre.raw_data(), dpre.raw_data(),
-                                                            options.autotune)) {
+                                                            products.autotune)) {
             note_refusal("GELU-gradient epilogue", m, out, h, dt,
                          "a matmul and a separate GELU-gradient kernel");
-            dpre = gelu_backward(pre, input_grad(g, w2_16, {m, h}, m, out, h, dt, options),
+            dpre = gelu_backward(pre, input_grad(g, w2_16, {m, h}, m, out, h, dt, products),
                                  GeluForm::tanh);
         }
-        auto [dw1, db1] = weight_and_bias_grad(dpre, sx, m, h, c, dt, options);
-        Tensor dx = input_grad(dpre, w1_16, sx.shape(), m, h, c, dt, options);
+        auto [dw1, db1] = weight_and_bias_grad(dpre, sx, m, h, c, dt, products);
+        Tensor dx = input_grad(dpre, w1_16, sx.shape(), m, h, c, dt, products);
         return {dx, dw1, db1, dw2, db2};
     });
 }

@@ -1,6 +1,6 @@
 // core/ops/matmul.cpp: C = op(A) @ op(B), batched, with op the transpose of the last two dims
-// when asked. cuBLAS on the GPU (kernels/matmul.cu holds the row-major note), CBLAS (OpenBLAS) on
-// the CPU; no hand-written GEMM.
+// when asked. cuBLAS on the GPU (a single 16-bit product through cuBLASLt, kernels/linear_lt.h;
+// kernels/matmul.cu holds the row-major note), CBLAS (OpenBLAS) on the CPU; no hand-written GEMM.
 // Backward, for C = op(A) op(B) and upstream G:
 //   d op(A) = G op(B)^T,  d op(B) = op(A)^T G, and transposing back where op was a transpose:
 //   dA = G op(B)^T  (or op(B) G^T when trans_a);   dB = op(A)^T G  (or G^T op(A) when trans_b)
@@ -136,23 +136,29 @@ void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, st
     });
 }
 
+MatmulOptions training_products(MatmulOptions options, const std::vector<Tensor>& inputs) {
+    options.autotune = options.autotune && needs_grad(inputs);
+    return options;
+}
+
 }  // namespace ops_detail
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const MatmulOptions& options) {
     check_binary("matmul", a, b);
-    Tensor c = gemm(a, b, ta, tb, options);
+    const MatmulOptions products = training_products(options, {a, b});
+    Tensor c = gemm(a, b, ta, tb, products);
     Tensor sa = a.detach(), sb = b.detach();
-    return record("matmul", {a, b}, c, [sa, sb, ta, tb, options](const Tensor& g) -> std::vector<Tensor> {
+    return record("matmul", {a, b}, c, [sa, sb, ta, tb, products](const Tensor& g) -> std::vector<Tensor> {
         bool shared_b = sb.dim() == 2 && sa.dim() > 2;
-        Tensor da = ta ? gemm(sb, g, tb, true, options) : gemm(g, sb, false, !tb, options);
+        Tensor da = ta ? gemm(sb, g, tb, true, products) : gemm(g, sb, false, !tb, products);
         Tensor db;
         if (shared_b) {
             // Fold the batch into the rows: A (P, K), G (P, N) with P = batch * M.
             Tensor a2 = sa.reshape({-1, sa.size(-1)});
             Tensor g2 = g.reshape({-1, g.size(-1)});
-            db = tb ? gemm(g2, a2, true, false, options) : gemm(a2, g2, true, false, options);
+            db = tb ? gemm(g2, a2, true, false, products) : gemm(a2, g2, true, false, products);
         } else {
-            db = tb ? gemm(g, sa, true, ta, options) : gemm(sa, g, !ta, false, options);
+            db = tb ? gemm(g, sa, true, ta, products) : gemm(sa, g, !ta, false, products);
         }
         return {da.reshape(sa.shape()), db.reshape(sb.shape())};
     });

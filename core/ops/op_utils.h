@@ -125,13 +125,18 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape);
 
 // Not recorded: C[i] = op(A[i]) @ op(B[i]) for i < batch on raw row-major buffers (strides in
 // elements between batch entries), A and B of ab_dtype, C of c_dtype (ab_dtype, or f32 for 16-bit
-// inputs): cuBLAS on CUDA (`options` as matmul's; tensor cores for bf16/f16), CBLAS on the CPU
+// inputs): on CUDA cuBLAS, or cuBLASLt for a single 16-bit product (`options` as matmul's; tensor
+// cores for bf16/f16), CBLAS on the CPU
 // (16-bit inputs widened to float). Products accumulate in fp32 (f64 for f64). The same
 // conventions as kernels/matmul.h with alpha = 1, beta = 0.
 void gemm_raw(Device device, DType ab_dtype, DType c_dtype, bool ta, bool tb, std::int64_t m,
               std::int64_t n, std::int64_t k, const void* a, std::int64_t stride_a, const void* b,
               std::int64_t stride_b, void* c, std::int64_t stride_c, std::int64_t batch,
               const MatmulOptions& options);
+// The options an op's products run with: autotuning only for a call that records a backward (a
+// training step, whose shapes repeat; evaluation and sampling, where T grows at every token, keep
+// the heuristic's algorithms, as attention's automatic backend keeps cuDNN to training).
+MatmulOptions training_products(MatmulOptions options, const std::vector<Tensor>& inputs);
 
 // Where q, k and v sit in an attention's qkv tensor (and dq, dk, dv in its gradient, laid out the
 // same), and how its output (and the output's gradient) is laid out: what cuDNN is told with

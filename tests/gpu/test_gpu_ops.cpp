@@ -11,6 +11,7 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "core/ops/op_utils.h"
+#include "kernels/linear_lt.h"
 #include "../test_helpers.h"
 
 using namespace fg;
@@ -211,12 +212,16 @@ TEST_CASE("16-bit MLP with the tanh GELU in cuBLASLt's epilogues is close to flo
             Tensor ry = linear(gelu(linear(ref_in[0], ref_in[1], ref_in[2]), GeluForm::tanh),
                                ref_in[3], ref_in[4]);
             ry.backward(g.to(DType::f64));
-            for (bool fused : {true, false}) {
-                INFO((fused ? "fused" : "composition"));
+            for (int variant = 0; variant < 3; ++variant) {
+                // The fused op with the heuristic's algorithms, the same autotuned (whose timing
+                // launches write the GELU's auxiliary matrix and read it again), the composition.
+                const bool fused = variant < 2;
+                const MatmulOptions options{false, variant == 1};
+                INFO((fused ? "fused" : "composition") << (options.autotune ? ", autotuned" : ""));
                 std::vector<Tensor> in;
                 for (const Tensor& t : {x, w1, b1, w2, b2})
                     in.push_back(t.to(Device::cuda).detach().set_requires_grad(true));
-                Tensor y = fused ? mlp(in[0], in[1], in[2], in[3], in[4], GeluForm::tanh)
+                Tensor y = fused ? mlp(in[0], in[1], in[2], in[3], in[4], GeluForm::tanh, options)
                                  : linear(gelu(linear(in[0], in[1], in[2]), GeluForm::tanh), in[3],
                                           in[4]);
                 REQUIRE(y.dtype() == dtype);
@@ -237,7 +242,8 @@ TEST_CASE("16-bit MLP with the tanh GELU in cuBLASLt's epilogues is close to flo
                     CHECK(errors[i] <= tols[i]);
                 }
                 std::printf("%s mlp %s %lld x %lld x %lld, errors in u (y dx dw1 db1 dw2 db2):",
-                            fused ? "fused" : "composed", dtype_name(dtype), (long long)s.m,
+                            variant == 0 ? "fused" : variant == 1 ? "fused, autotuned" : "composed",
+                            dtype_name(dtype), (long long)s.m,
                             (long long)s.c, (long long)s.h);
                 for (double e : errors) std::printf(" %.3f", e / u);
                 std::printf("\n");
@@ -300,7 +306,8 @@ TEST_CASE("16-bit linear with cuBLASLt's bias epilogues is close to float64", "[
     // values: y and dx within a rounding of their 16-bit type, dw and db (f32, never rounded to 16
     // bits) within fp32 accumulation's error. GPT-2's shapes and small ones must take the
     // epilogues (no refusal); a row of 7 values (14 bytes, no aligned rows) may be refused, and
-    // then runs the composition, whose dw and db are rounded to 16 bits once.
+    // then runs the composition, whose dw and db are rounded to 16 bits once. Each case twice: the
+    // heuristic's algorithms, then autotuned ones (MatmulOptions::autotune).
     require_gpu();
     struct Case {
         std::int64_t m, k, n;
@@ -309,9 +316,13 @@ TEST_CASE("16-bit linear with cuBLASLt's bias epilogues is close to float64", "[
     // The cases that must take the epilogues first: a refusal is remembered for the process.
     for (Case c : {Case{64, 768, 2304, true}, Case{64, 3072, 768, true}, Case{37, 64, 96, true},
                    Case{33, 7, 5, false}}) {
-        for (DType dtype : {DType::bf16, DType::f16}) {
+        for (int run = 0; run < 4; ++run) {
+            // bf16, f16; the heuristic's algorithms, then autotuned ones.
+            const DType dtype = run % 2 == 0 ? DType::bf16 : DType::f16;
+            const MatmulOptions options{false, run >= 2};
             const double u = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-            INFO(dtype_name(dtype) << " m " << c.m << " k " << c.k << " n " << c.n);
+            INFO(dtype_name(dtype) << " m " << c.m << " k " << c.k << " n " << c.n << " autotune "
+                                   << options.autotune);
             Tensor x = random_f32({c.m, c.k}).to(dtype);
             Tensor w = random_f32({c.n, c.k}, Device::cpu, 0.1f);
             Tensor b = random_f32({c.n});
@@ -319,11 +330,10 @@ TEST_CASE("16-bit linear with cuBLASLt's bias epilogues is close to float64", "[
             Tensor gx = x.to(Device::cuda).detach().set_requires_grad(true);
             Tensor gw = w.to(Device::cuda).detach().set_requires_grad(true);
             Tensor gb = b.to(Device::cuda).detach().set_requires_grad(true);
-            Tensor y = linear(gx, gw, gb);
+            Tensor y = linear(gx, gw, gb, options);
             REQUIRE(y.dtype() == dtype);
             if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());
             y.backward(g.to(Device::cuda));
-            if (c.must_fuse) REQUIRE(linear_epilogue_failure().empty());  // cuBLASLt's dw too
             REQUIRE(gw.grad().dtype() == DType::f32);
             // float64 from the values the GPU used: x, g and the parameters rounded to dtype.
             Tensor rx = x.to(DType::f64).detach().set_requires_grad(true);
@@ -392,18 +402,22 @@ TEST_CASE("TF32 matmul is close, asked per call, and off by default", "[gpu]") {
 TEST_CASE("16-bit products by cuBLASLt, heuristic or autotuned, are close to float64",
           "[gpu][autotune]") {
     // A single 16-bit product goes through cuBLASLt (kernels/linear_lt.h), with the heuristic's
-    // first algorithm or, autotuned, the fastest of its first eight: every layout, 16-bit and f32
-    // outputs (a linear layer's weight gradient), forward and backward, against float64 from the
-    // same rounded inputs. Shapes: GPT-2's widths, odd ones (rows of 7 and 33 values are not
-    // 16-byte aligned: cuBLASLt may refuse them, and cuBLAS then runs them), one column.
+    // first algorithm or, autotuned, the fastest of its first eight. Every layout, 16-bit and f32
+    // outputs, against float64 from the same rounded inputs: kernels::gemm_lt called directly
+    // (which must run, not refuse, where every row is 16-byte aligned: a layout it got wrong would
+    // otherwise pass through matmul's cuBLAS fallback unseen), then matmul forward and backward
+    // with the options. Shapes: GPT-2's widths, non-square ones (a swapped m / n / k or leading
+    // dimension shows), odd ones (rows of 65 or 33 values: cuBLASLt may refuse, cuBLAS runs).
     require_gpu();
     struct Case {
         std::int64_t m, n, k;
     };
     for (DType dtype : {DType::bf16, DType::f16}) {
         const double u = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-        for (Case c :
-             {Case{64, 2304, 768}, Case{256, 768, 3072}, Case{37, 33, 65}, Case{7, 1, 33}}) {
+        const kernels::ScalarType type = ops_detail::scalar_type(dtype);
+        for (Case c : {Case{64, 2304, 768}, Case{256, 768, 3072}, Case{96, 40, 24},
+                       Case{37, 33, 65}, Case{7, 1, 33}}) {
+            const bool aligned = c.m % 8 == 0 && c.n % 8 == 0 && c.k % 8 == 0;
             for (bool autotune : {false, true}) {
                 const MatmulOptions options{false, autotune};
                 for (bool ta : {false, true}) {
@@ -414,36 +428,33 @@ TEST_CASE("16-bit products by cuBLASLt, heuristic or autotuned, are close to flo
                         Tensor a = random_f32(ta ? Shape{c.k, c.m} : Shape{c.m, c.k}).to(dtype);
                         Tensor b = random_f32(tb ? Shape{c.n, c.k} : Shape{c.k, c.n}).to(dtype);
                         Tensor g = random_f32({c.m, c.n}).to(dtype);
-                        Tensor ga = a.to(Device::cuda).detach().set_requires_grad(true);
-                        Tensor gb = b.to(Device::cuda).detach().set_requires_grad(true);
-                        Tensor y = matmul(ga, gb, ta, tb, options);
-                        y.backward(g.to(Device::cuda));
                         Tensor ra = a.to(DType::f64).detach().set_requires_grad(true);
                         Tensor rb = b.to(DType::f64).detach().set_requires_grad(true);
                         Tensor ry = matmul(ra, rb, ta, tb);
                         ry.backward(g.to(DType::f64));
-                        CHECK(rel_error(y.to_vector<double>(), ry.to_vector<double>()) <= u);
+                        const std::vector<double> want = ry.to_vector<double>();
+                        Tensor ga = a.to(Device::cuda).detach().set_requires_grad(true);
+                        Tensor gb = b.to(Device::cuda).detach().set_requires_grad(true);
+                        for (bool f32_out : {false, true}) {
+                            Tensor out = Tensor::empty({c.m, c.n}, f32_out ? DType::f32 : dtype,
+                                                       Device::cuda);
+                            const bool ran = kernels::gemm_lt(type, f32_out, ta, tb, c.m, c.n, c.k,
+                                                              ga.raw_data(), gb.raw_data(),
+                                                              out.raw_data(), autotune);
+                            if (aligned) REQUIRE(ran);
+                            if (ran)
+                                CHECK(rel_error(out.to_vector<double>(), want) <=
+                                      (f32_out ? 1e-5 : u));
+                        }
+                        Tensor y = matmul(ga, gb, ta, tb, options);
+                        y.backward(g.to(Device::cuda));
+                        CHECK(rel_error(y.to_vector<double>(), want) <= u);
                         CHECK(rel_error(ga.grad().to_vector<double>(),
                                         ra.grad().to_vector<double>()) <= u);
                         CHECK(rel_error(gb.grad().to_vector<double>(),
                                         rb.grad().to_vector<double>()) <= u);
                     }
                 }
-                // A linear layer's weight gradient: f32 from the product, never rounded to 16 bits.
-                INFO(dtype_name(dtype) << " linear m " << c.m << " n " << c.n << " k " << c.k
-                                       << " autotune " << autotune);
-                Tensor x = random_f32({c.m, c.k}).to(dtype);
-                Tensor w = random_f32({c.n, c.k}, Device::cpu, 0.1f);
-                Tensor bias = random_f32({c.n});
-                Tensor g = random_f32({c.m, c.n}).to(dtype);
-                Tensor gw = w.to(Device::cuda).detach().set_requires_grad(true);
-                Tensor gbias = bias.to(Device::cuda).detach().set_requires_grad(true);
-                linear(x.to(Device::cuda), gw, gbias, options).backward(g.to(Device::cuda));
-                Tensor rw = cast(w, dtype).to(DType::f64).detach().set_requires_grad(true);
-                matmul(x.to(DType::f64), rw, false, true).backward(g.to(DType::f64));
-                const double tol = linear_epilogue_failure().empty() ? 1e-5 : u;
-                CHECK(rel_error(gw.grad().to_vector<double>(), rw.grad().to_vector<double>()) <=
-                      tol);
             }
         }
     }
