@@ -56,8 +56,8 @@ Tensor mean_last(const Tensor& x); // (..., N) -> (...)
 // (unbatched) 16-bit CUDA product of a call that records a backward (a training step; the
 // backward's products too) runs cuBLASLt's fastest algorithm for its shape, timed at the shape's
 // first call, instead of its heuristic's first guess (kernels/linear_lt.h: faster, but another
-// process may pick another one and round differently); f32, batched products (the fused
-// attention's), forward-only calls and the CPU ignore it.
+// process may pick another one and round differently); f32, the fused attention's products,
+// forward-only calls and the CPU ignore it.
 struct MatmulOptions {
     bool tf32 = false;
     bool autotune = false;

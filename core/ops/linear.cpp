@@ -9,9 +9,9 @@
 // What that removes from a step: the bias add as a kernel of its own, and the 16-bit weight and
 // bias gradients with their casts back to f32. The values differ from the composition's
 // by roundings only (y's bias is added before y is rounded, dw is not rounded to 16 bits on the
-// way), which the GPU tests bound. Where cuBLASLt has no algorithm for a forward's epilogue, that
-// call runs the composition, and linear_epilogue_failure() says why (the backward's plain products
-// fall back to cuBLAS inside kernels::gemm). Every product runs with training_products(options).
+// way), which the GPU tests bound. Where cuBLASLt has no algorithm for an epilogue, that call runs
+// the composition, and linear_epilogue_failure() says why (the plain products fall back to cuBLAS
+// inside kernels::gemm). Every product runs with training_products(options).
 //
 // mlp(x, w1, b1, w2, b2, form): an MLP's two layers, y = linear(gelu(linear(x, w1, b1)), w2, b2).
 // With GPT-2's tanh GELU (the one cuBLASLt has) and the same conditions as above, the GELU rides

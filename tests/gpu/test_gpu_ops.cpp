@@ -407,7 +407,8 @@ TEST_CASE("16-bit products by cuBLASLt, heuristic or autotuned, are close to flo
     // (which must run, not refuse, where every row is 16-byte aligned: a layout it got wrong would
     // otherwise pass through matmul's cuBLAS fallback unseen), then matmul forward and backward
     // with the options. Shapes: GPT-2's widths, non-square ones (a swapped m / n / k or leading
-    // dimension shows), odd ones (rows of 65 or 33 values: cuBLASLt may refuse, cuBLAS runs).
+    // dimension shows), odd ones (rows whose bytes are no multiple of 16: cuBLASLt may refuse them,
+    // and cuBLAS runs them).
     require_gpu();
     struct Case {
         std::int64_t m, n, k;
@@ -442,9 +443,12 @@ TEST_CASE("16-bit products by cuBLASLt, heuristic or autotuned, are close to flo
                                                               ga.raw_data(), gb.raw_data(),
                                                               out.raw_data(), autotune);
                             if (aligned) REQUIRE(ran);
+                            // f32 out: fp32 accumulation over k up to 3072 (tensor cores may
+                            // truncate its additions: ~1e-5 there), still far below a 16-bit
+                            // rounding of the output.
                             if (ran)
                                 CHECK(rel_error(out.to_vector<double>(), want) <=
-                                      (f32_out ? 1e-5 : u));
+                                      (f32_out ? 4e-5 : u));
                         }
                         Tensor y = matmul(ga, gb, ta, tb, options);
                         y.backward(g.to(Device::cuda));
