@@ -18,7 +18,11 @@
 // usage: bench_gemm [--tokens M ...] [--step-ms MS ...] [--algorithms K]   (default M = 16384 and
 // 65536, GPT-2's 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per M to
 // compare with; --algorithms K also times the heuristic's first K algorithms of each product and
-// sums the fastest: what choosing by measurement instead of by the heuristic would buy)
+// sums the fastest: what choosing by measurement instead of by the heuristic would buy; --calls
+// also times the calls a fusegrad step makes for each product, with the heuristic's algorithm and
+// autotuned (kernels/linear_lt.h: the forwards with their bias or GELU epilogue, the MLP's input
+// gradient with its GELU-gradient epilogue, kernels::gemm for the rest), so the table shows what
+// the step's own calls get from autotuning beside what the bare products could)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -33,6 +37,8 @@
 #include "core/random.h"
 #include "core/tensor.h"
 #include "core/ops.h"
+#include "kernels/linear_lt.h"
+#include "kernels/matmul.h"
 
 using namespace fg;
 
@@ -152,21 +158,53 @@ double layout_error(cublasLtHandle_t lt, const Product& p, void* ws, std::size_t
     return diff / std::max(scale, 1e-30);
 }
 
+// The call a fusegrad step makes for product `p` (a, b, c as the bare product's operands), with
+// the heuristic's algorithm or autotuned: a layer's forward with its bias epilogue (fc's with the
+// GELU's), the MLP's input gradient through its second weight with the GELU-gradient epilogue, and
+// kernels::gemm (cuBLASLt's plain kind) for the head's forward and the other gradients. `bias` (n)
+// and, for the two GELU calls, `pre` (m x n) are scratch of the product's output shape.
+void fusegrad_call(const Product& p, const Tensor& a, const Tensor& b, Tensor& c,
+                   const Tensor& bias, Tensor& pre, bool autotune) {
+    using kernels::ScalarType;
+    const std::string layer = p.layer, pass = p.pass;
+    bool ran = true;
+    if (pass == "forward" && layer == "fc")
+        ran = kernels::linear_gelu_forward_lt(ScalarType::bf16, p.m, p.n, p.k, a.raw_data(),
+                                              b.raw_data(), bias.raw_data(), c.raw_data(),
+                                              pre.raw_data(), autotune);
+    else if (pass == "forward" && layer != "head")
+        ran = kernels::linear_forward_lt(ScalarType::bf16, p.m, p.n, p.k, a.raw_data(),
+                                         b.raw_data(), bias.raw_data(), c.raw_data(), autotune);
+    else if (pass == "input grad" && layer == "mlp proj")  // dx = (dy @ w2) * gelu'(pre)
+        ran = kernels::linear_input_grad_dgelu_lt(ScalarType::bf16, p.m, p.k, p.n, a.raw_data(),
+                                                  b.raw_data(), pre.raw_data(), c.raw_data(),
+                                                  autotune);
+    else
+        kernels::gemm(ScalarType::bf16, p.f32_out ? ScalarType::f32 : ScalarType::bf16, p.trans_a,
+                      p.trans_b, p.m, p.n, p.k, 1.0f, a.raw_data(), 0, b.raw_data(), 0, 0.0f,
+                      c.raw_data(), 0, 1, false, autotune);
+    if (!ran)
+        throw std::runtime_error(std::string("cuBLASLt refused fusegrad's call for ") + p.layer +
+                                 " " + p.pass);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::vector<long long> token_counts;
     std::vector<double> step_ms;
     int algorithms = 1;
+    bool calls = false;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--tokens" && i + 1 < argc) token_counts.push_back(std::atoll(argv[++i]));
         else if (arg == "--step-ms" && i + 1 < argc) step_ms.push_back(std::atof(argv[++i]));
         else if (arg == "--algorithms" && i + 1 < argc)
             algorithms = std::max(1, std::atoi(argv[++i]));
+        else if (arg == "--calls") calls = true;
         else {
             std::fprintf(stderr, "usage: bench_gemm [--tokens M ...] [--step-ms MS ...] "
-                                 "[--algorithms K]\n");
+                                 "[--algorithms K] [--calls]\n");
             return 2;
         }
     }
@@ -189,9 +227,11 @@ int main(int argc, char** argv) {
             linear(products, "mlp proj", M, 768, 3072, 12);
             linear(products, "head", M, 50304, 768, 1);
             std::printf("\nM = %lld tokens\n| layer | pass | m x n x k | layout error | ms | "
-                        "TFLOP/s | a step | best of %d: ms (which) |\n| --- | --- | --- | --- | "
-                        "--- | --- | --- | --- |\n", M, algorithms);
+                        "TFLOP/s | a step | best of %d: ms (which) | fusegrad's call: heuristic, "
+                        "autotuned ms |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+                        M, algorithms);
             double total_ms = 0.0, total_flops = 0.0, best_total_ms = 0.0;
+            double call_ms[2] = {0.0, 0.0};
             for (const Product& p : products) {
                 const double err = layout_error(lt, p, ws, ws_bytes);
                 if (!(err < 2e-2))
@@ -215,13 +255,28 @@ int main(int argc, char** argv) {
                     const double t = time(i);
                     if (t < best_ms) best_ms = t, best = i;
                 }
+                double call[2] = {0.0, 0.0};
+                if (calls) {
+                    const std::string layer = p.layer, pass = p.pass;
+                    const bool gelu = (pass == "forward" && layer == "fc") ||
+                                      (pass == "input grad" && layer == "mlp proj");
+                    const Tensor bias = bf16_randn(1, p.n);
+                    Tensor pre = gelu ? bf16_randn(p.m, p.n) : Tensor();  // the GELU's input
+                    for (int tuned = 0; tuned < 2; ++tuned) {
+                        fusegrad_call(p, a, b, c, bias, pre, tuned);  // plans (and tunes) first
+                        call[tuned] = timer.median_ms(
+                            [&] { fusegrad_call(p, a, b, c, bias, pre, tuned); }, 20);
+                        call_ms[tuned] += call[tuned] * p.count;
+                    }
+                }
                 const double flops = 2.0 * p.m * p.n * p.k;
                 total_ms += ms * p.count;
                 best_total_ms += best_ms * p.count;
                 total_flops += flops * p.count;
                 std::printf("| %s | %s | %lld x %lld x %lld | %.1e | %.3f | %.0f | x%d | %.3f (%d of "
-                            "%d) |\n", p.layer, p.pass, p.m, p.n, p.k, err, ms, flops / (ms * 1e9),
-                            p.count, best_ms, best, product.algorithms());
+                            "%d) | %.3f, %.3f |\n", p.layer, p.pass, p.m, p.n, p.k, err, ms,
+                            flops / (ms * 1e9), p.count, best_ms, best, product.algorithms(),
+                            call[0], call[1]);
             }
             std::printf("GEMMs of a step: %.2f ms, %.1f TFLOP, %.0f TFLOP/s, %.0f tokens/s at most",
                         total_ms, total_flops / 1e12, total_flops / (total_ms * 1e9),
@@ -232,6 +287,10 @@ int main(int argc, char** argv) {
             if (algorithms > 1)
                 std::printf("\nthe fastest of the first %d algorithms: %.2f ms (%.1f%% less)",
                             algorithms, best_total_ms, 100.0 * (1.0 - best_total_ms / total_ms));
+            if (calls)
+                std::printf("\nfusegrad's calls: %.2f ms with the heuristic's algorithms, %.2f "
+                            "autotuned (%.1f%% less)", call_ms[0], call_ms[1],
+                            100.0 * (1.0 - call_ms[1] / call_ms[0]));
             std::printf("\n");
         }
         cudaFree(ws);

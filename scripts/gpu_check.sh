@@ -100,7 +100,9 @@ for step in $what; do
             ;;&
         gemm)
             # GPT-2 small's linear layers alone through cuBLASLt: the step's GEMM-only ceiling
-            # (GEMM_FLAGS, e.g. "--step-ms 32.3 --step-ms 120.6" to compare with measured steps).
+            # (GEMM_FLAGS, e.g. "--step-ms 32.3 --step-ms 120.6" to compare with measured steps;
+            # "--algorithms 8 --calls": the fastest of 8 algorithms, and the step's own calls
+            # with the heuristic's algorithm and autotuned).
             build-gpu/bench/bench_gemm ${GEMM_FLAGS:-} 2>&1 | tee "$out/bench_gemm.log" || status=1
             ;;&
         attention)
