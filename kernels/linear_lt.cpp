@@ -205,7 +205,6 @@ void autotune(Plan& p, const Call& c, void* ws) {
     } e;
     FG_CUDA_CHECK(cudaEventCreate(&e.start));
     FG_CUDA_CHECK(cudaEventCreate(&e.stop));
-    cudaEvent_t start = e.start, stop = e.stop;
     std::vector<float> best(p.candidates.size(), 1e30f);
     for (int round = 0; round < 2; ++round) {
         for (std::size_t i = 0; i < p.candidates.size(); ++i) {
@@ -218,12 +217,12 @@ void autotune(Plan& p, const Call& c, void* ws) {
                 cudaGetLastError();  // leaves no launch error for a later check to misname
                 continue;
             }
-            FG_CUDA_CHECK(cudaEventRecord(start, stream()));
+            FG_CUDA_CHECK(cudaEventRecord(e.start, stream()));
             for (int r = 0; r < 3; ++r) FG_CUBLAS_CHECK(launch());
-            FG_CUDA_CHECK(cudaEventRecord(stop, stream()));
-            FG_CUDA_CHECK(cudaEventSynchronize(stop));
+            FG_CUDA_CHECK(cudaEventRecord(e.stop, stream()));
+            FG_CUDA_CHECK(cudaEventSynchronize(e.stop));
             float ms = 0.0f;
-            FG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            FG_CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
             best[i] = std::min(best[i], ms);
         }
     }
