@@ -37,9 +37,7 @@ public:
             ptr = graph_allocate(size);
             if (!ptr) out_of_memory(size, " (while capturing a CUDA graph)");
         } else if (it != free_.end() && !it->second.empty()) {
-            ptr = it->second.back();
-            it->second.pop_back();
-            ++stats_.cache_hits;
+            ptr = take(it->second);
         } else {
             ptr = raw_allocate(size);
             if (!ptr && device_ == Device::cuda) {  // release the cache and try once more
@@ -138,18 +136,11 @@ private:
     // cache's, else a fresh one (nullptr when the driver has none); the last two join the pool.
     void* graph_allocate(std::size_t size) {
         auto& own = graph_free_[active_graph_pool_][size];
-        if (!own.empty()) {
-            void* ptr = own.back();
-            own.pop_back();
-            ++stats_.cache_hits;
-            return ptr;
-        }
+        if (!own.empty()) return take(own);
         void* ptr = nullptr;
         auto shared = free_.find(size);
         if (shared != free_.end() && !shared->second.empty()) {
-            ptr = shared->second.back();
-            shared->second.pop_back();
-            ++stats_.cache_hits;
+            ptr = take(shared->second);
         } else {
             ptr = raw_allocate(size);
             if (!ptr) return nullptr;
@@ -157,6 +148,14 @@ private:
             stats_.bytes_reserved += size;
         }
         graph_owner_[ptr] = active_graph_pool_;
+        return ptr;
+    }
+
+    // The last block of a free list, a cache hit.
+    void* take(std::vector<void*>& blocks) {
+        void* ptr = blocks.back();
+        blocks.pop_back();
+        ++stats_.cache_hits;
         return ptr;
     }
 
@@ -235,9 +234,8 @@ GraphMemoryScope::GraphMemoryScope(int id)
     : previous_(pool(Device::cuda).set_active_graph_pool(id)) {}
 GraphMemoryScope::~GraphMemoryScope() { pool(Device::cuda).set_active_graph_pool(previous_); }
 
-std::string format_bytes(double bytes) {
+std::string format_bytes(double b) {
     char buf[64];
-    const double b = bytes;
     if (b >= 1024.0 * 1024 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.3g TiB", b / (1024.0 * 1024 * 1024 * 1024));
     else if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
     else if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));

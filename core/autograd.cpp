@@ -53,6 +53,19 @@ private:
     std::shared_ptr<TensorImpl> leaf_;
 };
 
+// The edge a gradient for `t` should travel along (grad_fn, or the leaf's accumulator).
+Edge gradient_edge(const Tensor& t) {
+    if (!t.defined() || !t.requires_grad()) return Edge{};
+    TensorImpl* impl = t.impl();
+    if (impl->grad_fn) return Edge{impl->grad_fn, impl->output_nr};
+    std::shared_ptr<Node> acc = impl->accumulator.lock();
+    if (!acc) {
+        acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+        impl->accumulator = acc;
+    }
+    return Edge{acc, 0};
+}
+
 }  // namespace
 
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
@@ -73,18 +86,6 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
     for (const Tensor& t : inputs)
         if (t.defined() && t.requires_grad()) return true;
     return false;
-}
-
-Edge gradient_edge(const Tensor& t) {
-    if (!t.defined() || !t.requires_grad()) return Edge{};
-    TensorImpl* impl = t.impl();
-    if (impl->grad_fn) return Edge{impl->grad_fn, impl->output_nr};
-    std::shared_ptr<Node> acc = impl->accumulator.lock();
-    if (!acc) {
-        acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
-        impl->accumulator = acc;
-    }
-    return Edge{acc, 0};
 }
 
 void record_node(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,

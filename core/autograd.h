@@ -88,9 +88,6 @@ Tensor record(const char* name, const std::vector<Tensor>& inputs, Tensor output
 void record_node(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
                  const std::vector<Tensor>& outputs);
 
-// The edge a gradient for `t` should travel along (grad_fn, or the leaf's accumulator).
-Edge gradient_edge(const Tensor& t);
-
 // The engine behind Tensor::backward.
 void run_backward(const Tensor& root, const Tensor& grad);
 

@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <string>
-#include <vector>
 
 #include "kernels/attention_cudnn.h"  // CudnnAttentionArgs (plain C++ declarations)
 #include "kernels/elementwise.h"      // ScalarType, BinaryOp

@@ -3,7 +3,6 @@
 #include "tensor.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <sstream>
 

@@ -4,23 +4,16 @@
 #include "core/error.h"
 
 namespace fg {
-namespace {
-
-Tensor parameter(Tensor t) {
-    t.set_requires_grad(true);
-    return t;
-}
-
-}  // namespace
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias,
                float init_std, Generator& gen, Device device) {
     FG_CHECK(in_features > 0 && out_features > 0, "linear", "features must be positive, got ",
              in_features, " -> ", out_features);
-    weight = parameter(randn({out_features, in_features}, device, &gen, 0.0f, init_std));
+    weight = randn({out_features, in_features}, device, &gen, 0.0f, init_std)
+                 .set_requires_grad(true);
     register_parameter("weight", &weight);
     if (with_bias) {
-        bias = parameter(Tensor::zeros({out_features}, DType::f32, device));
+        bias = Tensor::zeros({out_features}, DType::f32, device).set_requires_grad(true);
         register_parameter("bias", &bias);
     }
 }
@@ -40,7 +33,7 @@ Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, float init_s
                      Generator& gen, Device device) {
     FG_CHECK(num_embeddings > 0 && dim > 0, "embedding", "table must be non-empty, got ",
              num_embeddings, " x ", dim);
-    weight = parameter(randn({num_embeddings, dim}, device, &gen, 0.0f, init_std));
+    weight = randn({num_embeddings, dim}, device, &gen, 0.0f, init_std).set_requires_grad(true);
     register_parameter("weight", &weight);
 }
 

@@ -34,14 +34,11 @@ public:
     // shape, such as the norms' dw/db reduction, set once the model is built.
     void apply(const std::function<void(Module&)>& fn);
 
-    // For containers that only group names (a GPT's "transformer."): same as register_module.
-    void register_module_public(const std::string& name, Module* child) {
-        register_module(name, child);
-    }
+    // Also for containers that only group names (a GPT's "transformer.").
+    void register_module(const std::string& name, Module* child);
 
 protected:
     void register_parameter(const std::string& name, Tensor* param);
-    void register_module(const std::string& name, Module* child);
 
 private:
     std::vector<std::pair<std::string, Tensor*>> params_;

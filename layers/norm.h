@@ -12,13 +12,11 @@ namespace fg {
 struct NormConfig {
     std::int64_t dim = 0;            // N, the normalised (last) dim
     double eps = 1e-5;
-    bool weight = true;
     bool bias = false;
     bool zero_centered = false;
     // For dw / db on CUDA: the layer's initial setting, which set_reduction changes later (the
     // owner of a built model may set it on every norm, with Module::apply).
     NormReduction reduction = NormReduction::automatic;
-    DType param_dtype = DType::f32;  // f32, or the activations' dtype
     Device device = Device::cpu;
 };
 

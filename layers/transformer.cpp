@@ -38,9 +38,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
     // softmax(q k^T / sqrt(D), causal) with dropout, times v, for every head: one op that keeps
     // no (T, T) tensor, from c_attn's (B, T, 3C) to the (B, T, C) c_proj reads.
-    AttentionOptions options;
-    options.backend = backend_;
-    options.tf32 = c_attn.matmul_options().tf32;  // the products between the layers' as theirs
+    // The products between the layers' run as theirs (tf32).
+    const AttentionOptions options{backend_, c_attn.matmul_options().tf32};
     Tensor y = causal_self_attention(c_attn.forward(x), n_head_, dropout_, training(), options);
     return dropout(c_proj.forward(y), dropout_, training());
 }

@@ -34,11 +34,11 @@ GPT::GPT(const GPTConfig& config, Generator& gen, Device device)
     TransformerConfig t = block_config(config, device);
     for (std::int64_t i = 0; i < config.n_layer; ++i) h.push_back(std::make_unique<Block>(t, gen));
     ln_f = make_norm(t);
-    transformer_.register_module_public("wte", &wte);
-    transformer_.register_module_public("wpe", &wpe);
+    transformer_.register_module("wte", &wte);
+    transformer_.register_module("wpe", &wpe);
     for (std::size_t i = 0; i < h.size(); ++i)
-        transformer_.register_module_public("h." + std::to_string(i), h[i].get());
-    transformer_.register_module_public("ln_f", ln_f.get());
+        transformer_.register_module("h." + std::to_string(i), h[i].get());
+    transformer_.register_module("ln_f", ln_f.get());
     register_module("transformer", &transformer_);
     std::vector<std::int32_t> positions(config.block_size);
     for (std::int64_t i = 0; i < config.block_size; ++i) positions[i] = static_cast<std::int32_t>(i);

@@ -4,7 +4,6 @@
 #include "gpt_memory.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <vector>
 
 #include "core/allocator.h"
@@ -13,20 +12,16 @@
 namespace fg {
 
 std::string TrainingMemory::describe() const {
-    auto bytes = [](double b) { return format_bytes(b); };
-    std::string out = bytes(total()) + ": ";
+    std::string out;
     const std::vector<std::pair<const char*, double>> terms{
         {"parameters", parameters},     {"gradients", gradients},
         {"optimizer state", optimizer_state}, {"16-bit weight copies", weight_copies},
         {"activations", activations},   {"workspace", workspace},
         {"gradient exchange", exchange}};
-    bool first = true;
-    for (const auto& [name, value] : terms) {
-        if (value <= 0) continue;
-        out += (first ? "" : ", ") + std::string(name) + " " + bytes(value);
-        first = false;
-    }
-    return out;
+    for (const auto& [name, value] : terms)
+        if (value > 0)
+            out += (out.empty() ? "" : ", ") + std::string(name) + " " + format_bytes(value);
+    return format_bytes(total()) + ": " + out;
 }
 
 namespace {
@@ -145,9 +140,8 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
          2 * channels + tensors(1, 3 * N * C, s) + attention_scratch},
         {0.0, all_params(f32), 0.0},
     };
-    const Moment* peak = &moments[0];
-    for (const Moment& moment : moments)
-        if (moment.total() > peak->total()) peak = &moment;
+    const Moment* peak = std::max_element(std::begin(moments), std::end(moments),
+                                          [](auto& a, auto& b) { return a.total() < b.total(); });
     m.activations = peak->activations;
     m.gradients = peak->gradients;
     m.workspace = peak->workspace;

@@ -25,7 +25,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }  // namespace
 
 TEST_CASE("the character vocabulary encodes and decodes", "[data]") {
-    CharVocab v = CharVocab::from_text("hello world\n");
+    Vocab v = Vocab::from_text("hello world\n");
     REQUIRE(v.chars() == std::string("\n dehlorw"));
     std::vector<std::int32_t> ids = v.encode("hold");
     REQUIRE(v.decode(ids) == "hold");
@@ -99,7 +99,7 @@ TEST_CASE("addition problems, prompts and the held-out split", "[data]") {
 }
 
 TEST_CASE("data arguments are checked", "[data][errors]") {
-    REQUIRE_THROWS_WITH(CharVocab("abca"), ContainsSubstring("[data] vocabulary character 97 appears twice"));
+    REQUIRE_THROWS_WITH(Vocab("abca"), ContainsSubstring("[data] vocabulary character 97 appears twice"));
     std::string path = write_temp("ok.txt", std::string(500, 'a'));
     REQUIRE_THROWS_WITH(TextData(path, 0.0, 8), ContainsSubstring("[data] val_fraction must be in (0, 1), got 0"));
     REQUIRE_THROWS_WITH(AdditionData(2, 1.0, 1), ContainsSubstring("[data] val_fraction must be in (0, 1), got 1"));

@@ -19,7 +19,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "core/error.h"
@@ -46,6 +45,33 @@ bool write_all(int fd, const std::string& bytes) {
         done += static_cast<std::size_t>(n);
     }
     return true;
+}
+
+// fsync of a folder (its entries: names created, renamed or removed in it).
+void sync_folder(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    FG_CHECK(fd >= 0, "checkpoint", "cannot open folder '", path, "': ", reason());
+    int rc = ::fsync(fd);
+    std::string why = rc == 0 ? "" : reason();
+    ::close(fd);
+    FG_CHECK(rc == 0, "checkpoint", "cannot sync folder '", path, "': ", why);
+}
+
+// XXH3-64 of the file's bytes, as 16 hex digits.
+std::string file_checksum(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    FG_CHECK(in.good(), "checkpoint", "cannot read '", path, "'");
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    std::vector<char> buf(1 << 20);
+    while (in) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        XXH3_64bits_update(&state, buf.data(), static_cast<std::size_t>(in.gcount()));
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits_digest(&state)));
+    return hex;
 }
 
 std::string folder_of(const std::string& path) {
@@ -83,15 +109,13 @@ mode_t process_umask() {
 
 bool is_step_folder_name(const std::string& name) {
     // step_ and eight or more digits, then optionally a dot and digits (step_folder_name).
-    if (name.rfind("step_", 0) != 0) return false;
-    std::size_t i = 5, digits = 0;
-    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i, ++digits;
-    if (digits < 8) return false;
-    if (i == name.size()) return true;
-    if (name[i] != '.' || i + 1 == name.size()) return false;
-    for (++i; i < name.size(); ++i)
-        if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
-    return true;
+    const auto digits = [](const std::string& s) {
+        const auto digit = [](unsigned char c) { return std::isdigit(c) != 0; };
+        return !s.empty() && std::all_of(s.begin(), s.end(), digit);
+    };
+    const std::size_t dot = std::min(name.find('.'), name.size());  // 13: step_ and 8 digits
+    return name.rfind("step_", 0) == 0 && dot >= 13 && digits(name.substr(5, dot - 5)) &&
+           (dot == name.size() || digits(name.substr(dot + 1)));
 }
 
 void write_file_durably(const std::string& path, const std::string& bytes, const char* op) {
@@ -220,31 +244,6 @@ std::string claim_new_run_directory(const std::string& run_dir) {
     sync_folder(run_dir);
     return "taking over '" + run_dir + "': a start that stopped before its first checkpoint " +
            "left " + list + "; they are replaced";
-}
-
-void sync_folder(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    FG_CHECK(fd >= 0, "checkpoint", "cannot open folder '", path, "': ", reason());
-    int rc = ::fsync(fd);
-    std::string why = rc == 0 ? "" : reason();
-    ::close(fd);
-    FG_CHECK(rc == 0, "checkpoint", "cannot sync folder '", path, "': ", why);
-}
-
-std::string file_checksum(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    FG_CHECK(in.good(), "checkpoint", "cannot read '", path, "'");
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    std::vector<char> buf(1 << 20);
-    while (in) {
-        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        XXH3_64bits_update(&state, buf.data(), static_cast<std::size_t>(in.gcount()));
-    }
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx",
-                  static_cast<unsigned long long>(XXH3_64bits_digest(&state)));
-    return hex;
 }
 
 std::string partial_folder(const std::string& run_dir) {

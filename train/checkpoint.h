@@ -29,10 +29,6 @@ namespace fg {
 // an fg::Error (of `op`) names the file and the system's reason.
 void write_file_durably(const std::string& path, const std::string& bytes,
                         const char* op = "checkpoint");
-// fsync of a folder (its entries: names created, renamed or removed in it).
-void sync_folder(const std::string& path);
-// XXH3-64 of the file's bytes, as 16 hex digits.
-std::string file_checksum(const std::string& path);
 
 struct CheckpointManifest {
     std::int64_t step = 0;

@@ -157,7 +157,7 @@ TextData::TextData(const std::string& path, double val_fraction, std::int64_t bl
              val_fraction);
     std::string text = read_file(path);
     FG_CHECK(!text.empty(), "data", "'", path, "' is empty");
-    vocab_ = CharVocab::from_text(text);
+    vocab_ = Vocab::from_text(text);
     std::vector<std::int32_t> ids = vocab_.encode(text);
     auto n = static_cast<std::int64_t>(ids.size());
     auto n_val = static_cast<std::int64_t>(static_cast<double>(n) * val_fraction);

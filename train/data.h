@@ -57,7 +57,6 @@ private:
     bool tokens_ = false;
     std::int32_t id_[256];
 };
-using CharVocab = Vocab;  // the name from before token vocabularies
 
 enum class Split { train, val };
 

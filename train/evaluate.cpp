@@ -180,27 +180,26 @@ Tensor generate(GPT& model, const Tensor& prompts, std::int64_t steps, double te
                       window.begin() + i * ctx);
         Tensor logits = model.forward(Tensor::from_vector(window, {n, ctx}, prompts.device()));
         std::vector<float> all = logits.to_vector<float>();
-        std::vector<std::int32_t> next(n);
-        for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t i = 0; i < n; ++i) {  // the window was copied: written in place
             const float* row = all.data() + (i * ctx + ctx - 1) * row_size;
+            std::int32_t& next = seq[i * total + len];
             if (temperature <= 0.0) {
-                next[i] = static_cast<std::int32_t>(std::max_element(row, row + vocab) - row);
+                next = static_cast<std::int32_t>(std::max_element(row, row + vocab) - row);
                 continue;
             }
             std::vector<std::pair<float, std::int32_t>> cand;
             for (std::int64_t v = 0; v < vocab; ++v) cand.emplace_back(row[v], static_cast<std::int32_t>(v));
             std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
             if (top_k > 0 && top_k < vocab) cand.resize(top_k);
-            double total = 0.0;
+            double sum = 0.0;
             std::vector<double> w(cand.size());
             for (std::size_t k = 0; k < cand.size(); ++k)
-                total += w[k] = std::exp((cand[k].first - cand[0].first) / temperature);
-            double u = rand({1}, Device::cpu, &gen).to_vector<float>()[0] * total;
+                sum += w[k] = std::exp((cand[k].first - cand[0].first) / temperature);
+            double u = rand({1}, Device::cpu, &gen).to_vector<float>()[0] * sum;
             std::size_t k = 0;
             while (k + 1 < cand.size() && u >= w[k]) u -= w[k++];
-            next[i] = cand[k].second;
+            next = cand[k].second;
         }
-        for (std::int64_t i = 0; i < n; ++i) seq[i * total + len] = next[i];
     }
     model.train(was_training);
     return Tensor::from_vector(seq, {n, total}, prompts.device());

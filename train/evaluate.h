@@ -37,7 +37,7 @@ EvalResult evaluate_model(GPT& model, const Dataset& data, const Config& config,
 // or best.safetensors with `best`), on `device`, in eval mode.
 struct LoadedModel {
     Config config;
-    CharVocab vocab{""};
+    Vocab vocab{""};
     std::unique_ptr<GPT> model;
 };
 LoadedModel load_run(const std::string& run_dir, bool best, Device device);

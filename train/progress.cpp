@@ -10,15 +10,14 @@ std::string progress_line(std::int64_t step, std::int64_t total, double loss, do
                           int width) {
     const double eta_s = std::max<double>(0.0, static_cast<double>(total - step)) * ms_per_step / 1000.0;
     const long eta = static_cast<long>(eta_s + 0.5);
-    char text[160];
+    char clock[48], text[160];  // the ETA as m:ss, or h:mm:ss from an hour on
     if (eta >= 3600)
-        std::snprintf(text, sizeof text, "  %lld/%lld  loss %.4f  %.1f ms/step  ETA %ld:%02ld:%02ld",
-                      static_cast<long long>(step), static_cast<long long>(total), loss, ms_per_step,
-                      eta / 3600, eta / 60 % 60, eta % 60);
+        std::snprintf(clock, sizeof clock, "%ld:%02ld:%02ld", eta / 3600, eta / 60 % 60, eta % 60);
     else
-        std::snprintf(text, sizeof text, "  %lld/%lld  loss %.4f  %.1f ms/step  ETA %ld:%02ld",
-                      static_cast<long long>(step), static_cast<long long>(total), loss, ms_per_step,
-                      eta / 60, eta % 60);
+        std::snprintf(clock, sizeof clock, "%ld:%02ld", eta / 60, eta % 60);
+    std::snprintf(text, sizeof text, "  %lld/%lld  loss %.4f  %.1f ms/step  ETA %s",
+                  static_cast<long long>(step), static_cast<long long>(total), loss, ms_per_step,
+                  clock);
     const std::string tail(text);
     const int bar = std::min(30, width - static_cast<int>(tail.size()) - 2);
     if (bar < 5) return tail.substr(2);

@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -47,19 +46,16 @@ void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
     nlohmann::json header = nlohmann::json::object();
-    std::vector<std::vector<unsigned char>> blobs;
+    std::vector<Tensor> hosts;  // the tensors' bytes, on the host
     std::size_t offset = 0;
     for (const auto& [name, t] : tensors) {
         FG_CHECK(name != "__metadata__" && !header.contains(name), "checkpoint",
                  "tensor name '", name, "' is reserved or repeated");
-        Tensor host = t.to(Device::cpu);
-        std::vector<unsigned char> bytes(host.nbytes());
-        if (!bytes.empty()) std::memcpy(bytes.data(), host.raw_data(), bytes.size());
+        hosts.push_back(t.to(Device::cpu));
         header[name] = {{"dtype", st_dtype(t.dtype())},
                         {"shape", t.shape()},
-                        {"data_offsets", {offset, offset + bytes.size()}}};
-        offset += bytes.size();
-        blobs.push_back(std::move(bytes));
+                        {"data_offsets", {offset, offset + hosts.back().nbytes()}}};
+        offset += hosts.back().nbytes();
     }
     if (!metadata.empty()) header["__metadata__"] = metadata;
     std::string json = header.dump();
@@ -68,7 +64,8 @@ void save_safetensors(const std::string& path,
     const std::uint64_t n = json.size();
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(static_cast<unsigned char>(n >> (8 * i)));
     bytes += json;
-    for (const auto& b : blobs) bytes.append(reinterpret_cast<const char*>(b.data()), b.size());
+    for (const Tensor& h : hosts)
+        if (h.nbytes() > 0) bytes.append(static_cast<const char*>(h.raw_data()), h.nbytes());
     write_file_durably(path, bytes);
 }
 

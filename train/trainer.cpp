@@ -410,16 +410,6 @@ private:
     Wing& wing_;
 };
 
-double Trainer::train_step() {
-    EagerStep hooks(*this);
-    training_step(*model_, *opt_, cfg_.train.grad_accum, cfg_.optim.grad_clip, hooks);
-    ++step_;
-    losses_.push_back(hooks.loss);
-    last_lr_ = hooks.lr;
-    last_norm_ = hooks.norm;
-    return hooks.loss;
-}
-
 void Trainer::check_finite(std::int64_t step, double loss, double norm) const {
     // A non-finite loss or norm (too high a learning rate, bad data) would turn every weight
     // into NaN at the update: stop before it, so the last checkpoint stays the last good state.
@@ -471,9 +461,6 @@ void Trainer::collect_queued_steps() {
         }
         const double lr = cosine_lr(step - 1, c.optim.lr, c.optim.min_lr, c.optim.warmup_steps,
                                     c.train.steps);
-        losses_.push_back(loss);
-        last_lr_ = lr;
-        last_norm_ = norm;
         report_step(step, loss, lr, norm, ms);
     }
     if (got.stopped_at != 0) {  // as after an eager step's agreed stop
@@ -484,12 +471,9 @@ void Trainer::collect_queued_steps() {
     }
 }
 
-EvalResult Trainer::evaluate() {
-    return evaluate_model(*model_, *data_, cfg_, device_, wing_->eval_share());
-}
-
 void Trainer::report_step(std::int64_t step, double loss, double lr, double norm, double ms) {
     const Config& c = cfg_;
+    losses_.push_back(loss);
     const std::int64_t tokens_per_step =
         c.train.batch_size * c.train.grad_accum * data_->sequence_length();
     const std::int64_t print_every = std::max<std::int64_t>(1, c.train.eval_interval / 5);
@@ -565,10 +549,12 @@ void Trainer::run(std::int64_t stop_at) {
             collect_queued_steps();
         } else {
             const auto start = std::chrono::steady_clock::now();
-            const double loss = train_step();
+            EagerStep hooks(*this);
+            training_step(*model_, *opt_, c.train.grad_accum, c.optim.grad_clip, hooks);
+            ++step_;
             const auto end = std::chrono::steady_clock::now();
             const double ms = std::chrono::duration<double, std::milli>(end - start).count();
-            report_step(step_, loss, last_lr_, last_norm_, ms);
+            report_step(step_, hooks.loss, hooks.lr, hooks.norm, ms);
             wing_->step_done(ms);
             if (first && !packed_cudnn_attention_failure().empty())
                 log_ << "attention: cuDNN refused q, k, v where the QKV projection writes them, "
@@ -588,7 +574,7 @@ void Trainer::run(std::int64_t stop_at) {
             first = false;
         }
         if (step_ % c.train.eval_interval == 0 || step_ == c.train.steps) {
-            EvalResult e = evaluate();
+            EvalResult e = evaluate_model(*model_, *data_, cfg_, device_, wing_->eval_share());
             bool best = e.val_loss < best_val_;
             if (best && writer()) {
                 try {

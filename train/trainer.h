@@ -21,7 +21,6 @@
 
 #include <array>
 #include <chrono>
-#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -51,7 +50,6 @@ public:
     // turns true; then saves a checkpoint and returns. Stopping early changes nothing else: the
     // schedule still spans train.steps, so a resumed run continues exactly.
     void run(std::int64_t stop_at = -1);
-    EvalResult evaluate();
     void save_checkpoint();
     // Redraw a one-line progress bar after every step (for a terminal; off by default).
     void set_progress_bar(bool on) { progress_bar_ = on; }
@@ -70,14 +68,14 @@ private:
     void write_checkpoint();  // save_checkpoint's files, by rank 0
     void trim_metrics();     // metrics.jsonl without the lines of steps after step_
     class EagerStep;  // the hooks of train/step.h for an eager step
-    double train_step();
     // The step after step_ queued on the device (the wing's captured step); false when it could
     // not be captured (the log says why; from then on steps run eagerly).
     bool queued_step();
     // Waits for the steps queued since the last call and reports them (metrics, log), each with
     // the mean time of the steps since then; stops on a non-finite loss or norm.
     void collect_queued_steps();
-    // The metrics line of step `step`, and its log line when it is one the log prints.
+    // The step's loss into losses(), its metrics line, and its log line when it is one the log
+    // prints.
     void report_step(std::int64_t step, double loss, double lr, double norm, double ms);
     // Stops the run, before the update of step `step`, when its loss or gradient norm is not
     // finite (the last checkpoint stays the last good state).
@@ -101,7 +99,6 @@ private:
     std::int64_t step_ = 0;
     std::int64_t saved_step_ = -1;  // the step of the last checkpoint this trainer wrote
     double best_val_ = 1e300;
-    double last_lr_ = 0.0, last_norm_ = 0.0;
     std::vector<double> losses_;
     bool progress_bar_ = false;
     double peak_tflops_ = 0.0;      // of this GPU for this config's matmul precision; 0: unknown

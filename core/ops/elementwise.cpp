@@ -43,9 +43,7 @@ BroadcastLayout broadcast_layout(const char* op, const Shape& in, const Shape& o
         }
     }
     BroadcastLayout layout;
-    if (first == n) {  // nothing but broadcast dims: a scalar-like operand
-        layout.count = 1;
-        layout.inner = 1;
+    if (first == n) {  // nothing but broadcast dims: a scalar-like operand (count, inner 1)
         layout.outer = shape_numel(out);
         return layout;
     }
@@ -202,7 +200,6 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor scale(const Tensor& x, double alpha) {
-    check_defined("scale", x, "input");
     check_arithmetic_dtype("scale", x);
     Tensor out = empty_like(x);
     std::int64_t n = x.numel();
@@ -221,7 +218,6 @@ Tensor scale(const Tensor& x, double alpha) {
 }
 
 Tensor rsqrt(const Tensor& x) {
-    check_defined("rsqrt", x, "input");
     check_arithmetic_dtype("rsqrt", x);
     Tensor y = empty_like(x);
     std::int64_t n = x.numel();

@@ -28,8 +28,8 @@ void embedding_backward_cpu(const T* g, const std::int32_t* ids, std::int64_t n,
 
 Tensor embedding_backward(const Tensor& ids, const Tensor& g, const Shape& weight_shape) {
     std::int64_t vocab = weight_shape[0], dim = weight_shape[1], n = ids.numel();
+    Tensor dw = Tensor::empty(weight_shape, g.dtype(), g.device());
     if (g.is_cuda()) {
-        Tensor dw = Tensor::empty(weight_shape, g.dtype(), g.device());
         CudaBackend& cuda = cuda_backend("embedding");
         Tensor ws = scratch_bytes(g.device(), cuda.embedding_backward_workspace_bytes(n));
         cuda.embedding_backward(scalar_type(g.dtype()), g.raw_data(), ids.data<std::int32_t>(), n,
@@ -37,15 +37,10 @@ Tensor embedding_backward(const Tensor& ids, const Tensor& g, const Shape& weigh
         return dw;
     }
     // 16-bit gradients are summed in f32 and rounded once, as the kernel does.
-    Tensor dw = Tensor::empty(weight_shape, g.dtype(), g.device());
-    Tensor gw = widened(g), work = Tensor::zeros(weight_shape, gw.dtype(), g.device());
-    dispatch_float(gw.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        embedding_backward_cpu<T>(static_cast<const T*>(gw.raw_data()), ids.data<std::int32_t>(),
-                                  n, dim, static_cast<T*>(work.raw_data()));
+    cpu_reference(g, dw, [&](const auto* gs, auto* out) {
+        std::fill_n(out, vocab * dim, 0);
+        embedding_backward_cpu(gs, ids.data<std::int32_t>(), n, dim, out);
     });
-    if (!is_half(g.dtype())) return work;
-    round_into(work, dw);
     return dw;
 }
 

@@ -159,15 +159,11 @@ public:
         if (!gy.defined()) {  // only h was used: the gradient passes straight through the add
             return {gh, residual_ ? gh : Tensor(), Tensor(), Tensor()};
         }
-        DType wt = param_dtype_;
         Tensor dx = empty_like(input_);
-        Tensor dw = want_w ? Tensor::empty({cols()}, wt, input_.device()) : Tensor();
-        Tensor db = want_b ? Tensor::empty({cols()}, wt, input_.device()) : Tensor();
-        if (input_.is_cuda()) {
-            backward_cuda(gy, gh, dx, dw, db);
-        } else {
-            backward_cpu(gy, gh, dx, dw, db);
-        }
+        Tensor dw = want_w ? Tensor::empty({cols()}, param_dtype_, input_.device()) : Tensor();
+        Tensor db = want_b ? Tensor::empty({cols()}, param_dtype_, input_.device()) : Tensor();
+        if (input_.is_cuda()) backward_cuda(gy, gh, dx, dw, db);
+        else backward_cpu(gy, gh, dx, dw, db);
         return {dx, residual_ ? dx : Tensor(), dw, db};
     }
 

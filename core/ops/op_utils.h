@@ -22,19 +22,16 @@ inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) 
              device_name(a.device()), " and ", device_name(b.device()));
 }
 
-inline void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
-    FG_CHECK(a.dtype() == b.dtype(), op, "inputs of different dtypes: ", dtype_name(a.dtype()),
-             " and ", dtype_name(b.dtype()), " (cast one with .to(dtype))");
-}
-
 // 16-bit floats: stored in 16 bits, computed in float on both devices.
 inline bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
 // What sums and statistics of a dtype's values are kept in: f64 for f64, f32 for the rest.
 inline DType accumulate_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 inline kernels::ScalarType scalar_type(DType t) { return static_cast<kernels::ScalarType>(t); }
 
-// Arithmetic ops: f32, bf16 or f16 on both devices, and f64 on the CPU (gradient checks).
+// Arithmetic ops: f32, bf16 or f16 on both devices, and f64 on the CPU (gradient checks); an
+// undefined t is refused first, as the op's "input".
 inline void check_arithmetic_dtype(const char* op, const Tensor& t) {
+    check_defined(op, t, "input");
     if (t.is_cuda())
         FG_CHECK(t.dtype() == DType::f32 || is_half(t.dtype()), op,
                  "CUDA tensors must be f32, bf16 or f16, got ", dtype_name(t.dtype()));
@@ -48,7 +45,8 @@ inline void check_binary(const char* op, const Tensor& a, const Tensor& b) {
     check_defined(op, a, "first input");
     check_defined(op, b, "second input");
     check_same_device(op, a, b);
-    check_same_dtype(op, a, b);
+    FG_CHECK(a.dtype() == b.dtype(), op, "inputs of different dtypes: ", dtype_name(a.dtype()),
+             " and ", dtype_name(b.dtype()), " (cast one with .to(dtype))");
     check_arithmetic_dtype(op, a);
 }
 

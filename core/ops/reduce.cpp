@@ -45,7 +45,6 @@ Tensor row_sum(const Tensor& x, std::int64_t rows, std::int64_t cols, double alp
 }
 
 Tensor reduce_all(const char* op, const Tensor& x, bool is_mean) {
-    check_defined(op, x, "input");
     check_arithmetic_dtype(op, x);
     std::int64_t n = x.numel();
     double alpha = is_mean ? (n > 0 ? 1.0 / n : 0.0) : 1.0;
@@ -58,7 +57,6 @@ Tensor reduce_all(const char* op, const Tensor& x, bool is_mean) {
 }
 
 Tensor reduce_last(const char* op, const Tensor& x, bool is_mean) {
-    check_defined(op, x, "input");
     check_arithmetic_dtype(op, x);
     FG_CHECK(x.dim() >= 1, op, "needs at least one dimension, got a scalar");
     Shape out_shape(x.shape().begin(), x.shape().end() - 1);

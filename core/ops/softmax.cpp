@@ -122,7 +122,6 @@ Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& g) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, bool causal) {
-    check_defined("softmax", x, "input");
     check_arithmetic_dtype("softmax", x);
     FG_CHECK(x.dim() >= 1, "softmax", "needs at least one dimension, got a scalar");
     FG_CHECK(!causal || x.dim() >= 2, "softmax", "a causal softmax needs (..., Tq, Tk), got ",
