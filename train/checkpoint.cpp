@@ -168,16 +168,15 @@ bool written_by_a_start(const std::string& name) {
 // `base`.XXXXXX.tmp: a temporary file of write_file_durably's for one of fusegrad's names (or
 // `base`.tmp, the one fixed name older fusegrads used).
 bool our_temporary(const std::string& name) {
+    const auto ours = [](const std::string& base) {
+        return written_by_a_start(base) || base == kManifest || base == kRunMarker;
+    };
+    const auto alnum = [](unsigned char c) { return std::isalnum(c) != 0; };
     const std::size_t n = name.size();
-    if (n > 4 && name.compare(n - 4, 4, ".tmp") == 0) {
-        const std::string base = name.substr(0, n - 4);
-        if (written_by_a_start(base) || base == kManifest || base == kRunMarker) return true;
-    }
-    if (n < 12 || name.compare(n - 4, 4, ".tmp") != 0 || name[n - 11] != '.') return false;
-    for (std::size_t i = n - 10; i < n - 4; ++i)
-        if (!std::isalnum(static_cast<unsigned char>(name[i]))) return false;
-    const std::string base = name.substr(0, n - 11);
-    return written_by_a_start(base) || base == kManifest || base == kRunMarker;
+    if (n <= 4 || name.compare(n - 4, 4, ".tmp") != 0) return false;
+    return ours(name.substr(0, n - 4)) ||
+           (n >= 12 && name[n - 11] == '.' && std::all_of(name.end() - 10, name.end() - 4, alnum) &&
+            ours(name.substr(0, n - 11)));
 }
 
 }  // namespace

@@ -56,9 +56,8 @@ void emit_value(YAML::Emitter& out, const T& v) {
         std::string text(buf, end);
         // A decimal point in the mantissa (6.0e-04, 3.0), so that the file shows the type and
         // YAML 1.1 readers (PyYAML) read a float, not the string "6e-04".
-        if (text.find_first_of(".n") == std::string::npos) {
+        if (text.find_first_of(".n") == std::string::npos)
             text.insert(std::min(text.find('e'), text.size()), ".0");
-        }
         out << text;
     } else if constexpr (std::is_same_v<T, std::string>) {
         out << YAML::DoubleQuoted << v;
@@ -269,16 +268,18 @@ std::vector<std::string> keys_of(const std::string& section) {
 }
 
 std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
-    std::string best;
-    std::size_t best_d = 3;  // at most two edits away
-    for (const std::string& k : known) {
-        std::size_t d = edit_distance(key, k);
-        if (d < best_d) {
-            best_d = d;
-            best = k;
-        }
-    }
-    return best.empty() ? "" : " (did you mean '" + best + "'?)";
+    const auto best = std::min_element(known.begin(), known.end(), [&](auto& a, auto& b) {
+        return edit_distance(key, a) < edit_distance(key, b);
+    });
+    const bool near = best != known.end() && edit_distance(key, *best) <= 2;  // two edits at most
+    return near ? " (did you mean '" + *best + "'?)" : "";
+}
+
+// Field f's value in c, as the YAML scalar that dump_config writes.
+std::string value_text(const Field& f, const Config& c) {
+    YAML::Emitter out;
+    f.write(out, c);
+    return out.c_str();
 }
 
 class Reader {
@@ -481,14 +482,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 }
 
 std::vector<std::string> changed_keys(const Config& a, const Config& b) {
-    auto text = [](const Field& f, const Config& c) {
-        YAML::Emitter out;
-        f.write(out, c);
-        return std::string(out.c_str());
-    };
     std::vector<std::string> changed;
     for (const Field& f : schema()) {
-        std::string va = text(f, a), vb = text(f, b);
+        std::string va = value_text(f, a), vb = value_text(f, b);
         if (va != vb) changed.push_back(f.section + "." + f.key + " (" + va + " -> " + vb + ")");
     }
     return changed;
@@ -511,11 +507,8 @@ const char* setting_name(GeluForm g) { return name_in(kGeluNames, g); }
 std::vector<ConfigKey> config_keys() {
     const Config defaults;
     std::vector<ConfigKey> keys;
-    for (const Field& f : schema()) {
-        YAML::Emitter value;
-        f.write(value, defaults);
-        keys.push_back({f.section + "." + f.key, value.c_str(), f.doc, f.resumable});
-    }
+    for (const Field& f : schema())
+        keys.push_back({f.section + "." + f.key, value_text(f, defaults), f.doc, f.resumable});
     return keys;
 }
 

@@ -143,10 +143,28 @@ std::int64_t draw_below(Generator& gen, std::int64_t n) {
     return static_cast<std::int64_t>(bits % static_cast<std::uint64_t>(n));
 }
 
-Batch make_batch(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets,
-                 std::int64_t b, std::int64_t t, Device device) {
-    return Batch{Tensor::from_vector(inputs, {b, t}, device),
-                 Tensor::from_vector(targets, {b, t}, device)};
+// v in decimal, zero-padded to `width` digits.
+std::string zero_padded(std::int64_t v, std::int64_t width) {
+    const std::string s = std::to_string(v);
+    return std::string(width - s.size(), '0') + s;
+}
+
+// A batch of `b` rows, each a window of t + 1 ids that fill(window) writes: the inputs are its
+// first t ids, the targets its last t, of which the first `ignored` are -1 (no loss there).
+template <typename Fill>
+Batch window_batch(std::int64_t b, std::int64_t t, Device device, Fill fill,
+                   std::int64_t ignored = 0) {
+    std::vector<std::int32_t> x(b * t), y(b * t), window(t + 1);
+    for (std::int64_t r = 0; r < b; ++r) {
+        fill(window.data());
+        std::copy(window.begin(), window.end() - 1, x.begin() + r * t);
+        std::copy(window.begin() + 1, window.end(), y.begin() + r * t);
+        std::fill_n(y.begin() + r * t, ignored, -1);
+    }
+    Batch batch;
+    batch.inputs = Tensor::from_vector(x, {b, t}, device);
+    batch.targets = Tensor::from_vector(y, {b, t}, device);
+    return batch;
 }
 
 }  // namespace
@@ -174,22 +192,18 @@ std::int64_t TextData::tokens(Split split) const {
 }
 
 std::string TextData::describe() const {
-    std::ostringstream out;
-    out << "text '" << path_ << "': " << train_.size() << " characters for training, "
-        << val_.size() << " for validation, vocabulary " << vocab_.size() << " characters";
-    return out.str();
+    return "text '" + path_ + "': " + std::to_string(train_.size()) + " characters for training, " +
+           std::to_string(val_.size()) + " for validation, vocabulary " +
+           std::to_string(vocab_.size()) + " characters";
 }
 
 Batch TextData::batch(Split split, std::int64_t batch_size, Generator& gen, Device device) const {
     const std::vector<std::int32_t>& src = split == Split::train ? train_ : val_;
     const std::int64_t t = block_size_;
-    std::vector<std::int32_t> x(batch_size * t), y(batch_size * t);
-    for (std::int64_t r = 0; r < batch_size; ++r) {
-        std::int64_t start = draw_below(gen, static_cast<std::int64_t>(src.size()) - t);
-        std::copy(src.begin() + start, src.begin() + start + t, x.begin() + r * t);
-        std::copy(src.begin() + start + 1, src.begin() + start + t + 1, y.begin() + r * t);
-    }
-    return make_batch(x, y, batch_size, t, device);
+    return window_batch(batch_size, t, device, [&](std::int32_t* window) {
+        const std::int64_t start = draw_below(gen, static_cast<std::int64_t>(src.size()) - t);
+        std::copy(src.begin() + start, src.begin() + start + t + 1, window);
+    });
 }
 
 AdditionData::AdditionData(std::int64_t digits, double val_fraction, std::uint64_t seed)
@@ -215,17 +229,11 @@ bool AdditionData::held_out(std::int64_t a, std::int64_t b) const {
 }
 
 std::string AdditionData::problem(std::int64_t a, std::int64_t b) const {
-    std::string s = prompt(a, b);
-    std::string sum = std::to_string(a + b);
-    return s + std::string(digits_ + 1 - sum.size(), '0') + sum;
+    return prompt(a, b) + zero_padded(a + b, digits_ + 1);
 }
 
 std::string AdditionData::prompt(std::int64_t a, std::int64_t b) const {
-    auto pad = [&](std::int64_t v) {
-        std::string s = std::to_string(v);
-        return std::string(digits_ - s.size(), '0') + s;
-    };
-    return pad(a) + "+" + pad(b) + "=";
+    return zero_padded(a, digits_) + "+" + zero_padded(b, digits_) + "=";
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> AdditionData::held_out_pairs() const {
@@ -244,18 +252,14 @@ std::pair<std::int64_t, std::int64_t> AdditionData::draw(Split split, Generator&
 }
 
 Batch AdditionData::batch(Split split, std::int64_t batch_size, Generator& gen, Device device) const {
-    const std::int64_t len = 3 * digits_ + 3;  // characters of one problem
-    const std::int64_t t = len - 1, answer_from = 2 * digits_ + 1;  // target index of the 1st digit
-    std::vector<std::int32_t> x(batch_size * t), y(batch_size * t);
-    for (std::int64_t r = 0; r < batch_size; ++r) {
-        auto [a, b] = draw(split, gen);
-        std::vector<std::int32_t> ids = vocab_.encode(problem(a, b));
-        for (std::int64_t i = 0; i < t; ++i) {
-            x[r * t + i] = ids[i];
-            y[r * t + i] = i >= answer_from ? ids[i + 1] : -1;  // the loss sees the answer only
-        }
-    }
-    return make_batch(x, y, batch_size, t, device);
+    // A window is one problem's 3 * digits + 3 characters. The loss sees the answer only: the
+    // targets before index 2 * digits + 1 (the sum's first digit) are ignored.
+    const auto write_problem = [&](std::int32_t* window) {
+        const auto [a, b] = draw(split, gen);
+        const std::vector<std::int32_t> ids = vocab_.encode(problem(a, b));
+        std::copy(ids.begin(), ids.end(), window);
+    };
+    return window_batch(batch_size, sequence_length(), device, write_problem, 2 * digits_ + 1);
 }
 
 // ---- token files -------------------------------------------------------------------------------
@@ -496,8 +500,7 @@ std::string ShardData::describe() const {
 Batch ShardData::batch(Split s, std::int64_t batch_size, Generator& gen, Device device) const {
     const Files& f = split(s);
     const std::int64_t t = block_size_, vocab = vocab_.size();
-    std::vector<std::int32_t> x(batch_size * t), y(batch_size * t), window(t + 1);
-    for (std::int64_t r = 0; r < batch_size; ++r) {
+    return window_batch(batch_size, t, device, [&](std::int32_t* window) {
         // Every window of the split equally likely: one draw picks the file and the start.
         const std::int64_t w = draw_below(gen, f.window_ends.back());
         const auto k = static_cast<std::size_t>(
@@ -514,10 +517,7 @@ Batch ShardData::batch(Split s, std::int64_t batch_size, Generator& gen, Device 
                      "; data.vocab_size sets the size, 0: the format's)");
             window[j] = static_cast<std::int32_t>(id);
         }
-        std::copy(window.begin(), window.end() - 1, x.begin() + r * t);
-        std::copy(window.begin() + 1, window.end(), y.begin() + r * t);
-    }
-    return make_batch(x, y, batch_size, t, device);
+    });
 }
 
 RandomTokenData::RandomTokenData(std::int64_t vocab_size, std::int64_t block_size)
@@ -539,20 +539,16 @@ Batch RandomTokenData::batch(Split s, std::int64_t batch_size, Generator& gen,
     // Four ids a Philox call; the validation split under another key.
     const std::uint64_t key = gen.seed() ^ (s == Split::val ? 0x9e3779b97f4a7c15ULL : 0ULL);
     const std::uint64_t first = gen.advance(static_cast<std::uint64_t>((n + 3) / 4));
-    std::vector<std::int32_t> x(batch_size * t), y(batch_size * t), window(row);
     philox::Words words{};
-    for (std::int64_t r = 0; r < batch_size; ++r) {
-        for (std::int64_t j = 0; j < row; ++j) {
-            const std::int64_t k = r * row + j;
+    std::int64_t k = 0;  // the ids drawn so far, row after row
+    return window_batch(batch_size, t, device, [&](std::int32_t* window) {
+        for (std::int64_t j = 0; j < row; ++j, ++k) {
             if (k % 4 == 0)
                 words = philox::philox4x32_10(key, first + static_cast<std::uint64_t>(k / 4));
             // A 32-bit word scaled to [0, vocab): no division, a bias below vocab / 2^32.
             window[j] = static_cast<std::int32_t>((words.w[k % 4] * vocab) >> 32);
         }
-        std::copy(window.begin(), window.end() - 1, x.begin() + r * t);
-        std::copy(window.begin() + 1, window.end(), y.begin() + r * t);
-    }
-    return make_batch(x, y, batch_size, t, device);
+    });
 }
 
 }  // namespace fg

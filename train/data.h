@@ -119,7 +119,6 @@ private:
 // when a batch touches them, so a corpus of any size costs address space, not memory.
 class MappedFile {
 public:
-    MappedFile() = default;
     // Throws "[data] cannot open 'path': <reason>"; an empty file maps to nothing (size 0).
     explicit MappedFile(const std::string& path);
     MappedFile(MappedFile&& other) noexcept;  // moves only (a Shard into its vector)

@@ -180,18 +180,15 @@ Tensor slice(const Tensor& x, std::int64_t start, std::int64_t end) {
     Shape shape = x.shape();
     shape[0] = end - start;
     Tensor out = view(x, start * row_elems, shape);
-    Shape full = x.shape();
-    DType dtype = x.dtype();
-    Device device = x.device();
-    return record("slice", {x}, out,
-                  [full, dtype, device, start, row_elems](const Tensor& g) -> std::vector<Tensor> {
-                      Tensor dx = Tensor::zeros(full, dtype, device);
-                      copy_bytes(device,
-                                 static_cast<char*>(dx.raw_data()) +
-                                     start * row_elems * dtype_size(dtype),
-                                 g.raw_data(), g.nbytes());
-                      return {dx};
-                  });
+    const Shape full = x.shape();
+    const DType dtype = x.dtype();
+    const Device device = x.device();
+    const std::size_t offset = start * row_elems * dtype_size(dtype);  // where g's bytes go in dx
+    return record("slice", {x}, out, [=](const Tensor& g) -> std::vector<Tensor> {
+        Tensor dx = Tensor::zeros(full, dtype, device);
+        copy_bytes(device, static_cast<char*>(dx.raw_data()) + offset, g.raw_data(), g.nbytes());
+        return {dx};
+    });
 }
 
 Tensor permute(const Tensor& x, const std::vector<int>& order) {

@@ -3,6 +3,8 @@
 //   s_r = sum_c x[r, c]:    dx[r, c] = g_r
 // Means scale by 1/N both ways. CPU references accumulate in double for f32 inputs; 16-bit inputs
 // sum in fp32 on the GPU and in double on the CPU, and round once to their dtype.
+#include <numeric>
+
 #include "op_utils.h"
 
 namespace fg {
@@ -12,11 +14,8 @@ using namespace ops_detail;
 
 template <typename T>
 void row_sum_cpu(const T* x, std::int64_t rows, std::int64_t cols, double alpha, T* out) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-        double acc = 0.0;
-        for (std::int64_t c = 0; c < cols; ++c) acc += x[r * cols + c];
-        out[r] = static_cast<T>(alpha * acc);
-    }
+    for (std::int64_t r = 0; r < rows; ++r)
+        out[r] = static_cast<T>(alpha * std::accumulate(x + r * cols, x + (r + 1) * cols, 0.0));
 }
 
 // (rows, cols) -> (rows): alpha * row sums. Not recorded.
@@ -47,8 +46,8 @@ Tensor row_sum(const Tensor& x, std::int64_t rows, std::int64_t cols, double alp
 Tensor reduce_all(const char* op, const Tensor& x, bool is_mean) {
     check_arithmetic_dtype(op, x);
     std::int64_t n = x.numel();
-    double alpha = is_mean ? (n > 0 ? 1.0 / n : 0.0) : 1.0;
     FG_CHECK(!is_mean || n > 0, op, "mean of an empty tensor");
+    double alpha = is_mean ? 1.0 / n : 1.0;
     Tensor out = row_sum(x, 1, n, alpha, {});
     Shape shape = x.shape();
     return record(op, {x}, out, [shape, alpha](const Tensor& g) -> std::vector<Tensor> {
