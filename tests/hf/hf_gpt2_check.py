@@ -10,8 +10,9 @@ downloaded: every model is random-initialised here).
 2. Out: fusegrad runs trained a few steps (GPT-2's shape with a padded vocabulary; a character
    run without biases, exact GELU) are exported; transformers' from_pretrained loads them, and its
    logits equal fusegrad's within TOL; the padding rows are gone (vocab_size is the run's).
-3. Round trip: importing an export gives bitwise the logits of the run it came from (within
-   a few units in the last place where the run's head had padding rows).
+3. Round trip: an imported export exports the same tensors bit for bit, and gives bitwise the
+   logits of the run it came from (within a few units in the last place where the run's head
+   had padding rows).
 4. Refusals: an export over an existing model.safetensors, an import of another activation.
 5. Fine-tuning: a run started from imported weights (train.init_from) has them, bit for bit;
    weights of another shape, or of another model (head count, GELU) of the same shapes, are
@@ -134,13 +135,21 @@ for name, run_dir, vocab in (("GPT-2's shape", gpt2_run, 100), ("characters, no 
     char_ids = torch.randint(0, config["vocab_size"], (2, 16))
     with torch.no_grad():
         compare(f"export ({name})", fg_logits(run_dir, char_ids), loaded(char_ids).logits)
-    # 3. Round trip: the export imported again gives the run's logits bit for bit, where the
-    # two models are the same shape. The GPT-2-shaped run's head has padding rows (128 for 100
-    # tokens) that the export leaves out, so its head's product is another width, and a CPU BLAS
-    # may then sum a column in another order (seen: 6e-8 on one machine, 0 on another): a few
-    # units in the last place of the f32 logits are allowed there.
+    # 3. Round trip: the export imported again holds the exported weights bit for bit (its own
+    # export is the same tensors), and gives the run's logits bit for bit where the two models
+    # are the same shape. The GPT-2-shaped run's head has padding rows (128 for 100 tokens) that
+    # the export leaves out, so its head's product is another width, and a CPU BLAS may then sum
+    # a column in another order (seen: 6e-8 on one machine, 0 on another): a few units in the
+    # last place of the f32 logits are allowed there.
     again = os.path.join(work, "again_" + os.path.basename(run_dir))
     run("import", "--hf", hf_out, "--out", again)
+    run("export", again, "--hf", again + "_hf")
+    first = load_file(os.path.join(hf_out, "model.safetensors"))
+    second = load_file(os.path.join(again + "_hf", "model.safetensors"))
+    assert first.keys() == second.keys(), (name, sorted(first.keys() ^ second.keys()))
+    for key in first:
+        assert torch.equal(first[key], second[key]), (name, key)
+    print(f"export, import, export ({name}): {len(first)} tensors, bit for bit")
     compare(f"export, then import ({name})", fg_logits(again, char_ids), fg_logits(run_dir, char_ids),
             tol=0.0 if vocab is None else 1e-6)
 
