@@ -1,6 +1,6 @@
 // cli/main.cpp: the `fusegrad` command. Its commands and their options are declared with CLI11
 // (`fusegrad --help`, `fusegrad COMMAND --help`); each command's body is a few calls into train/
-// (or kernels/norm/ for norm-plan). The only place that catches exceptions: it prints
+// (or kernels/norm/ for norm-plan). The only place that reports an error and exits: it prints
 // "error: ..." once and exits non-zero (2 for a bad command line, 1 for anything else).
 #include <CLI/CLI.hpp>
 

@@ -61,8 +61,9 @@ public:
 
     // One override per entry of cuda_ops.def, forwarding to the launcher of the same name: the
     // gelu_forward entry becomes
-    //   void gelu_forward(kernels::ScalarType type, const void* x, void* y, long long n) override
-    //   { return ::fg::kernels::gelu_forward(type, x, y, n); }
+    //   void gelu_forward(kernels::ScalarType type, const void* x, void* y, long long n,
+    //                     bool tanh_form) override
+    //   { return ::fg::kernels::gelu_forward(type, x, y, n, tanh_form); }
 #define FG_CUDA_OP(ret, name, params, args) \
     ret name params override { return ::fg::kernels::name args; }
 #include "cuda_ops.def"

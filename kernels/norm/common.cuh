@@ -6,8 +6,8 @@
 //
 // Geometry. A row of N values is held by `tpr` threads (a power of two, 4 to 1024). Thread `lane`
 // of a row holds ITEMS vectors of VEC elements: vector i covers columns (i * tpr + lane) * VEC ..
-// + VEC - 1, so neighbouring lanes read neighbouring 16 bytes (coalesced). With tpr <= 32 several
-// rows share a block (rows_per_block = threads / tpr); with tpr > 32 a block holds one row.
+// + VEC - 1, so neighbouring lanes read neighbouring 16 bytes (coalesced). A block has at least
+// 128 threads, so rows of up to 64 threads share one (rows_per_block = threads / tpr).
 // Rows too long to hold in registers go through the "looped" kernels, which stream the row in
 // chunks and read it again (mostly from L2) instead of spilling.
 #pragma once
