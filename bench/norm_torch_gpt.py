@@ -12,7 +12,7 @@ so both kinds of norm run on float32 activations with float32 weights.
 Runs (--runs, comma-separated; `:compile` compiles the model with torch.compile):
   torch            the model as written (F.layer_norm, or the reference RMSNorm's formula)
   fusegrad         its norms replaced by fusegrad.LayerNorm / fusegrad.RMSNorm, same parameters
-  fusegrad-res     as fusegrad, and each block's second residual add fused into ln_2 (the norm
+  fusegrad-res     as fusegrad, and each block's first residual add fused into ln_2 (the norm
                    returns (y, h): y = ln_2(h), h = x + attn(ln_1(x)))
 Reported per run: median ms/step after the first 20 steps (compilation left out), peak memory,
 the mean training loss of the last 50 steps, the validation loss at the end, and the largest and

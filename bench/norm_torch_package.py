@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """bench/norm_torch_package.py: the PyTorch package's modules (fusegrad.LayerNorm, fusegrad.RMSNorm,
 installed with `pip install .`) beside PyTorch eager, torch.compile, Liger-Kernel's LigerLayerNorm
-/ LigerRMSNorm and QuACK's layernorm / rmsnorm (each when it imports), on docs/norms.md section 6's
-shapes, timed as bench/norm_torch.py times PyTorch (bench/torch_timer.py: CUDA events, median, L2
+/ LigerRMSNorm and QuACK's rmsnorm (each when it imports; QuACK has no differentiable LayerNorm),
+on docs/norms.md section 6's shapes, timed as bench/norm_torch.py times PyTorch (bench/torch_timer.py: CUDA events, median, L2
 flushed, the host's launches queued behind a GPU spin, so the GPU's work alone is timed).
 
 Each case is M rows of N values, inputs that require grad (the training forward, which also keeps

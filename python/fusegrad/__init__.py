@@ -31,7 +31,7 @@ from .patch import patch  # noqa: E402,F401
 __version__ = "0.1.0"
 
 __all__ = ["rms_norm", "layer_norm", "RMSNorm", "LayerNorm", "replace_norms", "patch",
-           "is_available",
+           "is_available", "why_unavailable",
            "library_path", "LibraryError"]
 
 

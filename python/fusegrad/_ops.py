@@ -11,7 +11,7 @@ their arguments take:
 Each has a CUDA and a Meta implementation in C++ (torch.compile traces through the Meta one, so
 the ops are single nodes of its graphs with no graph break), and norm_forward's derivative is
 norm_backward, registered in C++ too: an eager call and its backward run no Python of fusegrad's
-beyond functional.py's argument handling.
+beyond modules.py's forward or functional.py's argument handling.
 """
 import torch
 

@@ -3,8 +3,9 @@ op norm_forward of _ops.py (the math is in kernels/norm.h and docs/norms.md). Th
 tensors it gets (device, dtype, shapes); these functions check what is theirs to interpret
 (normalized_shape, eps, reduction) and bring the tensors to rows of N values.
 
-Both normalise over the trailing dims of `input` that `weight` (else `bias`, else
-`normalized_shape`, else the last dim) has: shape (..., *normalized_shape). y has the input's
+Both normalise over the trailing dims of `input` that `normalized_shape` names when given (weight
+and bias must then match it), else `weight`'s shape, else `bias`'s, else the last dim: shape
+(..., *normalized_shape). y has the input's
 dtype; the statistics and all sums are fp32. Weights are float32 or the input's dtype. With a
 `residual`, h = input + residual is normalised and both are returned: (y, h), h rounded to the
 input's dtype as y is (the fused residual add of pre-norm transformers).
@@ -110,8 +111,8 @@ def _rows_of(fn, name, t, lead, cols):
 def rms_norm(input, weight=None, bias=None, eps=None, residual=None, zero_centered=False, *,
              normalized_shape=None, reduction="auto"):
     """RMSNorm: y = input / sqrt(mean(input^2) + eps) * weight (+ bias), over the trailing dims
-    weight has (else normalized_shape, else the last). eps=None is F.rms_norm's default
-    (float32's machine epsilon). zero_centered: the scale is 1 + weight. reduction: 'auto',
+    normalized_shape names (else weight's, else bias's, else the last). eps=None is F.rms_norm's
+    default (float32's machine epsilon). zero_centered: the scale is 1 + weight. reduction: 'auto',
     'locked' or 'grid', how dw / db are summed over rows in the backward. With a residual,
     returns (y, h), y being the norm of h = input + residual."""
     return _norm(_ops.RMS, input, weight, bias, _RMS_DEFAULT_EPS if eps is None else eps, residual,
@@ -121,7 +122,7 @@ def rms_norm(input, weight=None, bias=None, eps=None, residual=None, zero_center
 def layer_norm(input, weight=None, bias=None, eps=1e-5, residual=None, zero_centered=False, *,
                normalized_shape=None, reduction="auto"):
     """LayerNorm: y = (input - mean) / sqrt(var + eps) * weight + bias, over the trailing dims
-    weight has (else normalized_shape, else the last); var is the biased variance, as in
-    F.layer_norm. Other arguments as rms_norm."""
+    normalized_shape names (else weight's, else bias's, else the last); var is the biased
+    variance, as in F.layer_norm. Other arguments as rms_norm."""
     return _norm(_ops.LAYER, input, weight, bias, eps, residual, zero_centered, normalized_shape,
                  reduction)
