@@ -53,9 +53,9 @@ TrainingMemory estimate_training_memory(const GPTConfig& g, std::int64_t batch,
 
     // The parameter tensors, as (count, elements). A block: c_attn (3C, C), attn.c_proj (C, C),
     // mlp.c_fc (4C, C), mlp.c_proj (C, 4C) and their biases (3C, C, 4C, C); two norms, each a
-    // weight (C) and, for LayerNorm with bias, a bias (C). Then wte (V, C), wpe (block_size, C)
-    // and ln_f. The head is wte itself.
-    const double norm_tensors = (g.bias && !g.rmsnorm) ? 2 : 1;
+    // weight (C) and, with biases, a bias (C). Then wte (V, C), wpe (block_size, C) and ln_f.
+    // The head is wte itself.
+    const double norm_tensors = g.bias ? 2 : 1;
     auto linear_weights = [&](double bytes_each) {
         return L * (tensors(1, 3 * C * C, bytes_each) + tensors(1, C * C, bytes_each) +
                     tensors(2, 4 * C * C, bytes_each)) +

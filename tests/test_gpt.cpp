@@ -185,4 +185,18 @@ TEST_CASE("the memory estimate of a training step is close to the measured peak"
         REQUIRE(est.total() >= 0.95 * peak);
         REQUIRE(est.total() <= 1.10 * peak);
     }
+    // The parameters' part is exact: the allocator's blocks of every tensor the model holds, for
+    // both norms with and without biases (an RMSNorm takes a bias too when model.bias is set).
+    for (bool rmsnorm : {false, true}) {
+        for (bool bias : {false, true}) {
+            INFO("rmsnorm " << rmsnorm << ", bias " << bias);
+            const GPTConfig config = make(65, 32, 2, 2, 32, rmsnorm, bias, 0.0);
+            Generator gen(1);
+            GPT model(config, gen);
+            double held = 0;
+            for (Tensor* p : model.parameters())
+                held += static_cast<double>(allocation_size(p->nbytes()));
+            CHECK(estimate_training_memory(config, 4, 32, 2).parameters == held);
+        }
+    }
 }
