@@ -16,8 +16,9 @@
 namespace fg {
 
 // ---- elementwise (ops/elementwise.cpp) ------------------------------------------------------
-// a (op) b where the shapes are equal or one is a suffix of the other: a (C) bias broadcasts over
-// a (B, T, C) activation. The result has the longer shape.
+// a (op) b broadcast by NumPy's rules (shapes right-aligned, a 1 stretches), each operand's non-1
+// dims one contiguous block of the result's: a (C) bias over a (B, T, C) activation, a (R, 1) row
+// statistic over (R, C). The result has the broadcast shape.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -49,8 +50,9 @@ Tensor mean_last(const Tensor& x); // (..., N) -> (...)
 
 // ---- matrix products (ops/matmul.cpp) --------------------------------------------------------
 // op(a) @ op(b) with op = transpose of the last two dims when the flag is set.
-// a (..., M, K) and b (..., K, N) with equal leading dims (batched), or b 2-D, which applies to
-// every leading index of a (a Linear layer: x (B, T, C) @ W^T with W (out, C), trans_b = true).
+// a (..., M, K) and b (..., K, N) with equal leading dims (batched), or, without trans_a, b 2-D,
+// which applies to every leading index of a (a Linear layer: x (B, T, C) @ W^T with W (out, C),
+// trans_b = true).
 // options.tf32: f32 CUDA products on TF32 tensor cores (faster, about 1e-3 relative error; the
 // backward's products too); 16-bit inputs and the CPU ignore it. options.autotune: a single
 // (unbatched) 16-bit CUDA product of a call that records a backward (a training step; the
@@ -161,7 +163,7 @@ Tensor to_device(const Tensor& x, Device device);
 Tensor split_heads(const Tensor& x, std::int64_t heads);
 Tensor merge_heads(const Tensor& x);
 
-// ---- normalisation (ops/norm.cpp; fused CUDA kernels in kernels/norm_*.cu) ------------------
+// ---- normalisation (ops/norm.cpp; fused CUDA kernels in kernels/norm/) ----------------------
 using kernels::NormReduction;  // automatic | locked (a) | grid (b): how dw/db sum across rows
 struct NormOptions {
     double eps = 1e-5;

@@ -104,14 +104,16 @@ struct PrecisionSettings {
     DType exchange = DType::f32;  // several ranks: the type the gradients' sums travel in
 };
 PrecisionSettings precision_settings(const Config& c);
-// A setting's name as the config writes it ("bf16", "rmsnorm", "auto", ...).
+// A setting's name as the config writes it ("bf16", "rmsnorm", "tanh", ...).
 const char* setting_name(Precision p);
 const char* setting_name(NormLayer n);
 const char* setting_name(GeluForm g);
 
 // One key of the schema: its dotted name, default (as YAML writes it), meaning, and whether a
-// resumed run may change it (the schedule's length and intervals, the device, the arithmetic and
-// the kernels; not the model, the data, the batch, the seed or the optimizer).
+// resumed run may change it (how long and how often, where and in what arithmetic it runs, the
+// kernels, the ranks' settings, and the schedule's and update's scalars: lr, min_lr, warmup_steps,
+// weight_decay, grad_clip; not the model, the data, the batch, the seed, or the optimizer's kind,
+// betas and momentum).
 struct ConfigKey {
     std::string key, default_value, description;
     bool resumable = false;

@@ -4,10 +4,10 @@
 //   Vocab:           the vocabulary: characters (sorted distinct bytes), encode / decode; or a
 //                    tokenizer's ids (GPT-2's BPE, say), named and written as numbers.
 //   TextData:        any text file; the last val_fraction held out for validation; random windows.
-//   AdditionData:    generated problems "ab+cd=0efg" (operands zero-padded to `digits`, the sum to
-//                    digits + 1); a fixed, seeded share of all (a, b) pairs is held out and never
-//                    drawn for training; the loss counts only the answer (targets before '=' are
-//                    -1, the ignore index).
+//   AdditionData:    generated problems "ab+cd=efg", e.g. "07+45=052" (operands zero-padded to
+//                    `digits`, the sum to digits + 1); a fixed, seeded share of all (a, b) pairs
+//                    is held out and never drawn for training; the loss counts only the answer
+//                    (targets before '=' are -1, the ignore index).
 //   ShardData:       token files as llm.c's and nanoGPT's data scripts write them (.bin shards,
 //                    memory-mapped, never read into memory), train and validation from their own
 //                    files; random windows of block_size + 1 tokens.

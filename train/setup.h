@@ -20,8 +20,10 @@ Device resolve_device(DeviceChoice choice);  // train.device (cuda: an error wit
 // The GPT a config describes, with `vocab` tokens unless model.vocab_size says more: its shape
 // and arithmetic, not its kernels' settings (configure_kernels).
 GPTConfig gpt_config(const Config& config, std::int64_t vocab);
-// Applies every kernels.* setting of `config` to the modules of a built model
-// (kernels.norm_reduction to every norm layer, kernels.attention to every attention layer),
+// Applies the layers' kernel settings of `config` to the modules of a built model
+// (kernels.norm_reduction to every norm layer, kernels.attention to every attention layer,
+// kernels.matmul_autotune with train.precision's TF32 to every Linear and the tied head;
+// kernels.cuda_graph is the trainer's and the wing's),
 // walking the module tree (Module::apply). Called once after building a model from a config: by
 // the trainer (new and resumed runs) and load_run. kernels.attention=cudnn where cuDNN's fused
 // attention cannot run the model (the CPU, f32, a build without cuDNN, ...) is an error saying why.

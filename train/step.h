@@ -1,10 +1,10 @@
 // train/step.h: one training step, written once. The forward and backward of the step's
 // micro-batches (each loss scaled by 1 / grad_accum, the losses summed on the device), the
 // gradients' norm and clip factor, then the update. The eager trainer (train/trainer.cpp) and the
-// captured graph (train/wing.h's QueuedSteps) both run this body; what differs between them is in the
-// hooks: where a micro-batch comes from, what happens once the gradients are queued (ranks wait
-// for their exchange), and how the update gets its learning rate (from the host, or from a table
-// on the device).
+// captured graph (scale/cuda_graph.h's CapturedStep, the wing's QueuedSteps) both run this body;
+// what differs between them is in the hooks: where a micro-batch comes from, what happens once
+// the gradients are queued (ranks wait for their exchange), and how the update gets its learning
+// rate (from the host, or from a table on the device).
 #pragma once
 
 #include <cstdint>

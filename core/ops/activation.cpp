@@ -3,7 +3,8 @@
 //            Phi(x) = (1 + erf(x / sqrt 2)) / 2,  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 //   tanh:    y = x * s,  s = (1 + tanh u) / 2,  u = sqrt(2 / pi) (x + 0.044715 x^3)
 //            dx = g * (s + x (1 - tanh^2 u) / 2 * sqrt(2 / pi) (1 + 3 * 0.044715 x^2))
-//   dropout: y = m * x / (1 - p), dx = m * g / (1 - p), m_i = [uniform(seed, offset + i) >= p]
+//   dropout: y = m * x / (1 - p), dx = m * g / (1 - p), m_i = philox::keep(seed, offset + i, p)
+//            (24 bits of one Philox word as a uniform in [0, 1), >= p: kernels/philox.h)
 // Dropout saves no mask: the backward regenerates it from the same (seed, offset).
 #include <cmath>
 

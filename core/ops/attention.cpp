@@ -7,7 +7,7 @@
 //              dS = probs_backward(S, dPd, lse)                     (in S's buffer)
 //              dQ = dS K;  dK = dS^T Q
 // Saved between them: qkv (an input), lse (one value per row) and the dropout's (seed, offset).
-// Two (T, T) scratch buffers per call live only inside the forward or the backward.
+// Up to three (T, T) scratch buffers per call live only inside the forward or the backward.
 // bf16 / f16 qkv: S, dPd and lse stay fp32 (the score GEMMs write fp32, as flash attention keeps
 // its scores in registers), Pd and dS are rounded to qkv's dtype for the GEMMs that read them, so
 // each of those two gets a buffer of its own: S, Pd (then dS) and, in the backward, dPd.

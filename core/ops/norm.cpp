@@ -2,9 +2,9 @@
 // fused kernels (kernels/norm.h states the math); on CPU tensors the plain reference below, which
 // follows the same formulas line by line and accumulates in double.
 //
-// Saved for backward: the normalised input (h when the residual add is fused), the weight, and the
-// per-row statistics (mean for LayerNorm, rstd). When no input requires grad, the statistics are
-// not even written.
+// Saved for backward: the input that was normalised (x, or h when the residual add is fused), the
+// weight, and the per-row statistics (mean for LayerNorm, rstd); x_hat is recomputed from them.
+// When no input requires grad, the statistics are not even written.
 #include <cmath>
 #include <vector>
 
