@@ -1,6 +1,7 @@
 // bench/bench_core.cpp: the core's speed on the GPU, each figure beside its baseline in one run.
 //   copy:        device-to-device copy bandwidth (the ceiling for memory-bound ops)
-//   elementwise: add, mul, scale, gelu, bias add at 2^26 f32 elements, GB/s and % of copy
+//   elementwise: add, mul, scale, gelu, bias add, in-place add_ at 2^26 f32 elements, GB/s and
+//                % of copy
 //   matmul:      fusegrad's matmul against cuBLAS called directly on the same buffers, TFLOP/s
 //                (FP32 and TF32): they should be equal, i.e. no hidden copies
 //   overhead:    host time of one small op (1 element), CPU and GPU, with and without autograd

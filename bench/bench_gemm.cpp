@@ -15,10 +15,10 @@
 //   weight grad  dw (N, K) = dy (M, N)^T @ x (M, K)
 // Before timing, each product's layout is checked at a small size against float64 on the CPU.
 //
-// usage: bench_gemm [--tokens M ...] [--step-ms MS ...] [--algorithms K]   (default M = 16384 and
-// 65536, GPT-2's 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per M to
-// compare with; --algorithms K also times the heuristic's first K algorithms of each product and
-// sums the fastest: what choosing by measurement instead of by the heuristic would buy; --calls
+// usage: bench_gemm [--tokens M ...] [--step-ms MS ...] [--algorithms K] [--calls]   (default M =
+// 16384 and 65536, GPT-2's 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per
+// M to compare with; --algorithms K also times the heuristic's first K algorithms of each product
+// and sums the fastest: what choosing by measurement instead of by the heuristic would buy; --calls
 // also times the calls a fusegrad step makes for each product, with the heuristic's algorithm and
 // autotuned (kernels/linear_lt.h: the forwards with their bias or GELU epilogue, the MLP's input
 // gradient with its GELU-gradient epilogue, kernels::gemm for the rest), so the table shows what

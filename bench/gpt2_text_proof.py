@@ -27,6 +27,7 @@ spread, and a text sample from each. Needs a GPU.
 usage: gpt2_text_proof.py --fusegrad BIN --nanogpt DIR --text FILE --work DIR --out DIR
                           [--seeds 1 2 3] [--steps 300] [--warmup 30] [--batch 8]
                           [--eval-interval 15] [--eval-iters 20] [--compile] [--prompt TEXT]
+                          [--sample-tokens 120] [--vocab FILE]
 The vocabulary is $FUSEGRAD_DATA/gpt2.tiktoken (--vocab to name another); tiktoken's encoding is
 built from it by tests/text/gpt2_tiktoken.py.
 """

@@ -22,7 +22,8 @@ implementations of one model that round differently.
 
 usage: norm_torch_gpt.py [--config configs/shakespeare_char.yaml] [--data FILE] [--steps 300]
                          [--runs torch,fusegrad,torch:compile,fusegrad:compile] [--json PATH]
-                         [--fusegrad BIN]   (the config is read as fusegrad resolves it)
+                         [--fusegrad BIN] [--eval-iters 20]   (the config is read as fusegrad
+                         resolves it); --table JSON prints an earlier run's table and exits
 """
 import argparse
 import json

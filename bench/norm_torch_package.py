@@ -18,7 +18,7 @@ take either). Liger's RMSNorm runs with in_place=False (its in-place backward wr
 the bytes moved are the same). Every implementation's y is checked against PyTorch eager's (the
 `err` column: norm-wise relative difference) so that a fast wrong kernel shows.
 
-Usage: python3 bench/norm_torch_package.py [--json PATH] [--quick] [--only IMPL,...]
+Usage: python3 bench/norm_torch_package.py [--json PATH] [--quick] [--only IMPL,...] [--table JSON]
 """
 import argparse
 import json

@@ -14,8 +14,9 @@
 //   v = beta2 * v + (1 - beta2) * g * g
 //   p = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
 // with step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t). Every factor is computed
-// once on the host (in float), so the device does exactly the operations of a host AdamW that
-// computes the same factors, and the two produce the same bits.
+// once on the host and kept as a float (the bias corrections computed in double, then rounded), so
+// the device does exactly the operations of a host AdamW that computes the same factors, and the
+// two produce the same bits.
 //
 // A captured step (kernels/captured_step.h) reads the step's factors on the device:
 // adamw_multi_tensor_on_device.

@@ -4,7 +4,8 @@
 //      sdpa_backward node with its options (causal mask, scale, dropout), the outputs;
 //   2. build it: validate, lower to cuDNN's operation graph, ask the heuristics for execution
 //      plans, keep the first one this GPU supports. Slow (a fraction of a second), so each graph
-//      is built once per shape, type, dropout probability and direction, and cached;
+//      is built once per shape and strides, type, scale, dropout probability, direction and
+//      whether the statistics are written, and cached;
 //   3. before each run, write the dropout's seed and offset into device memory (a one-thread
 //      kernel, attention_cudnn_seed.cu);
 //   4. execute: bind every uid to its pointer (a "variant pack") and launch on the handle's

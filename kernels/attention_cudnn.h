@@ -1,9 +1,10 @@
 // kernels/attention_cudnn.h: causal self-attention by cuDNN's fused flash-attention kernels
 // ("scaled dot-product attention", SDPA, built with the cuDNN frontend's graph API), bf16 or f16
-// on tensor cores. For core/ops/attention.cpp, which uses them where they can run and
-// kernels/attention.h's otherwise. The same math per head, with Q, K, V (T, D), s = scale
-// (1/sqrt(D)), p the dropout probability and m_ij in {0, 1} cuDNN's dropout mask (its own Philox
-// stream, drawn from (seed, offset): not the mask kernels/philox.h would draw):
+// on tensor cores. For core/ops/attention.cpp, which uses them where they can run and a backward
+// follows (or wherever they can run when asked for), and kernels/attention.h's otherwise. The same
+// math per head, with Q, K, V (T, D), s = scale (1/sqrt(D)), p the dropout probability and m_ij in
+// {0, 1} cuDNN's dropout mask (its own Philox stream, drawn from (seed, offset): not the mask
+// kernels/philox.h would draw):
 //
 //   forward:  S = Q K^T;  lse_i = log sum_{j<=i} exp(s S_ij)       (the "stats", fp32)
 //             P_ij = exp(s S_ij - lse_i) for j <= i, else 0         (causal)
@@ -23,7 +24,8 @@
 // the key blocks with fp32 atomic adds, so its last bits may vary from run to run (cuDNN's
 // deterministic backward would stage dP in a (B, H, T, T) workspace on Hopper: not used).
 //
-// The graphs (one per shape, type, dropout probability and direction) are built on first use and
+// The graphs (one per shape and strides, type, scale, dropout probability, direction and whether
+// the statistics are written) are built on first use and
 // cached: building one takes a fraction of a second, running one is a single launch or a few.
 // One cuDNN handle, bound to fusegrad's stream (runtime.h). A build without cuDNN (FG_CUDNN,
 // cmake/FusegradCudnn.cmake) compiles attention_cudnn_stub.cpp instead: not built, never
@@ -41,7 +43,7 @@ namespace fg::kernels {
 // One call. q, k, v are (B, H, T, D) each with element strides stride_b, stride_h, stride_t (the
 // last dim contiguous); fusegrad's (3, B, H, T, D) qkv gives q, k, v at offsets 0, BHTD, 2 BHTD
 // with strides (H T D, T D, D). dq, dk, dv have the same layout; out and dout are contiguous
-// (B, H, T, D). Pointers 16-byte aligned.
+// (B, H, T, D) unless out_stride_* say otherwise (below). Pointers 16-byte aligned.
 struct CudnnAttentionArgs {
     ScalarType type = ScalarType::bf16;  // q, k, v, out, dout, dq, dk, dv: bf16 or f16
     long long b = 0, h = 0, t = 0, d = 0;
@@ -71,8 +73,9 @@ bool cudnn_attention_built();
 // build without cuDNN, cuDNN failing to load or start (its message), a GPU before Ampere (sm_80),
 // a type other than bf16 / f16, D not a multiple of 8 or above 128. Starts cuDNN on first use.
 std::string cudnn_attention_unsupported(ScalarType type, long long head_dim);
-// Device memory the forward (backward = false) or backward needs as `workspace`: cuDNN's own and
-// 16 bytes for the dropout's seed and offset. Builds (and caches) the call's graph.
+// Device memory the forward (backward = false) or backward needs as `workspace`: cuDNN's own,
+// rounded up to 16 bytes, and 16 more for the dropout's seed and offset when p > 0. Builds (and
+// caches) the call's graph.
 std::size_t cudnn_attention_workspace_bytes(const CudnnAttentionArgs& a, bool backward);
 // out (and stats) from q, k, v.
 void cudnn_attention_forward(const CudnnAttentionArgs& a);

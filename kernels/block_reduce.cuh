@@ -1,5 +1,6 @@
-// kernels/block_reduce.cuh: warp and block reductions by shuffles, used by every kernel that
-// reduces along a row (sums, softmax, cross-entropy, norms). The order of additions is fixed by
+// kernels/block_reduce.cuh: warp and block reductions by shuffles, used by the row and total sums
+// (reduce.cu), softmax and cross-entropy (softmax.cu), the gradient norm (adamw.cu) and the norm
+// ladder (norm/reference.cu). The order of additions is fixed by
 // the block shape, so results are bitwise reproducible run to run.
 #pragma once
 

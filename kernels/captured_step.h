@@ -13,7 +13,8 @@ namespace fg::kernels {
 struct StepState {
     long long step;                    // optimizer steps done
     unsigned long long philox_base;    // dropout counters' base (runtime.h's philox_offset_base)
-    long long halted_at;               // 0, or the first step whose loss or norm was not finite
+    long long halted_at;  // 0, or the first step whose loss or norm was not finite or whose kernels
+                          // reported bad input
     long long stopped_at;              // 0, or the step after which the ranks agreed to stop
     int skip;                          // 1: the update changes nothing (from the halted step on,
                                        // after the stop step)

@@ -14,7 +14,8 @@ __device__ inline void report_device_error(DeviceErrorRecord* record, DeviceErro
     }
 }
 
-// Grid-stride loop bounds shared by the elementwise kernels.
+// The grid of a grid-stride loop (elementwise, adamw, layout, embedding): a thread an item, at
+// most 32 blocks an SM.
 inline int grid_for(long long work_items, int threads_per_block) {
     long long blocks = (work_items + threads_per_block - 1) / threads_per_block;
     long long cap = static_cast<long long>(device_info().sm_count) * 32;

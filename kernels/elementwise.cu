@@ -4,7 +4,7 @@
 // f32 instance is the plain float kernel. A thread takes one 16-byte pack of W elements at a time
 // (W = 4 floats or 8 16-bit values) when the pointers are 16-byte aligned, then the elements past
 // the last whole pack (all of them when misaligned) one at a time. Every loop is grid-strided, so
-// a grid of a few blocks per SM covers any n. fill and cast cover every storage dtype (through
+// a grid of at most 32 blocks an SM covers any n. fill and cast cover every storage dtype (through
 // half.h's integer conversions); the random draws are f32 (philox.h).
 #include <cstdint>
 
@@ -242,7 +242,7 @@ template <> struct Convert<F16> {
 };
 
 // Four consecutive values, loaded or stored as one access (8 bytes for 16-bit types, 16 for
-// 32-bit ones) where the address is a multiple of the group's size.
+// 32-bit ones; f64's 32 bytes take two) where the address is a multiple of the group's size.
 template <typename T>
 struct alignas(4 * sizeof(T)) Quad {
     T v[4];

@@ -32,8 +32,9 @@ void rsqrt(ScalarType type, const void* x, void* y, long long n);
 void gelu_forward(ScalarType type, const void* x, void* y, long long n, bool tanh_form);
 void gelu_backward(ScalarType type, const void* x, const void* dy, void* dx, long long n,
                    bool tanh_form);
-// Inverted dropout: out[i] = keep(i) ? in[i] / (1 - p) : 0, keep(i) = philox uniform >= p at
-// counter offset + i. Forward and backward are the same map with the same (seed, offset).
+// Inverted dropout: out[i] = keep(i) ? in[i] / (1 - p) : 0, keep(i) = philox::keep(seed,
+// offset + i, p) (a 24-bit uniform from one Philox word, >= p; the offset plus runtime.h's base
+// when one is set). Forward and backward are the same map with the same (seed, offset).
 void dropout(ScalarType type, const void* in, void* out, long long n, float p,
              unsigned long long seed, unsigned long long offset);
 // Every element set to value (converted to the dtype).

@@ -1,6 +1,7 @@
 // kernels/half.h: bf16 and f16 <-> float conversions, round-to-nearest-even, written with integer
-// bit operations so the host and the device compute exactly the same values. Storage of both is
-// a plain uint16_t; fusegrad does arithmetic in float and converts at loads and stores.
+// bit operations (and exact float scaling for f16's subnormals) so the host and the device compute
+// exactly the same values. Storage of both is a plain uint16_t; fusegrad does arithmetic in float
+// and converts at loads and stores.
 #pragma once
 
 #include <cstdint>

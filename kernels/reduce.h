@@ -5,8 +5,8 @@
 //   column_sum: out[c] = sum_r x[r, c]                  (gradient of a broadcast bias)
 //   total_sum:  out[0] = alpha * sum_i x[i]             (sum / mean of everything)
 // Column and total sums reduce in two kernels through a fixed-size fp32 partial buffer the caller
-// provides (size from *_workspace_bytes): the same shape always adds in the same order, so the
-// results are deterministic.
+// provides (size from *_workspace_bytes): the same shape on the same GPU model always adds in the
+// same order, so the results are deterministic.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
-// kernels/runtime.cu: implementation of runtime.h (error text, the stream, memory, device error
-// word). Nothing here launches a compute kernel.
+// kernels/runtime.cu: implementation of runtime.h (error text, the stream, memory, graphs, events,
+// pinned memory, the device error word). The only kernel launched here is busy_wait's one-thread
+// spin.
 #include <cublas_v2.h>
 
 #include <map>

@@ -75,7 +75,9 @@ int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem);
 
 // The stream every fusegrad kernel, copy and cuBLAS call is queued on. One stream means the
 // caching allocator can reuse a freed block at once: later work is ordered after earlier work.
-// While a StreamOverride lives, stream() returns its stream instead, on that thread only.
+// While a StreamOverride lives, stream() returns its stream instead, on that thread only (the
+// cuBLAS and cuDNN handles keep the stream they were created with: only kernels that ask stream()
+// at each launch, as the norm kernels behind capi/ do, follow an override).
 cudaStream_t stream();
 void synchronize();
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Run on the GPU machine from the repository root (after `source .gpu/env.sh`): builds the CUDA
-# configuration for sm_90, runs the CPU and GPU tests and the core benchmark, and writes logs
-# under $OUT (or ./gpu-out). Usage:
-#   scripts/gpu_check.sh [tests|bench|gemm|attention|norm|ladder|sanitize|parity|shakespeare|seeds|gpt2|gpt2text|
-#                         breakdown|norm-profile|nanogpt|ddp|phases|python|models|overhead|all]...
-#   GPU_DEADLINE=S skips the steps that would start after S seconds; more than 8 files under
-#   $OUT are packed into $OUT/logs.tgz (the device tool returns 8 at most).
+# configuration for sm_90, runs the steps asked for (by default `all`: the CPU and GPU tests, the
+# core and norm benchmarks beside PyTorch, the parity tests and compute-sanitizer), and writes
+# logs under $OUT (or ./gpu-out). Usage:
+#   scripts/gpu_check.sh [tests|bench|gemm|attention|norm|ladder|sanitize|parity|shakespeare|seeds|
+#                         gpt2|gpt2text|breakdown|norm-profile|nanogpt|ddp|phases|python|models|
+#                         overhead|all|build-only]...
+#   build-only: the build alone. An unknown step name is refused before the build.
+#   GPU_DEADLINE=S: steps that would start more than S seconds after the build are skipped (and
+#   the call exits 1); more than 8 files under $OUT are packed into $OUT/logs.tgz (the device
+#   tool returns 8 at most).
 #   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
 #   only those cases of fg_gpu_tests (the whole GPU suite takes over 5 minutes);
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
@@ -15,7 +19,8 @@
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
 #   models: bench/norm_torch_models.py (NANOGPT_DIR; LIGER_SRC for Liger's column): nanoGPT's
 #   baby GPT, transformers' Llama and GPT-2 small, as written / fusegrad.patch / Liger's norms
-#   (MODELS_FLAGS, e.g. "--models baby --modes compile": 18 runs with 9 compilations take long).
+#   (MODELS_FLAGS, e.g. "--models baby --modes compile"; the default, 16 runs with 9
+#   compilations, 22 and 12 with LIGER_SRC, takes long).
 #   overhead: bench/norm_torch_overhead.py with a host profile (LIGER_SRC: Liger-Kernel's src/
 #   folder, carried, to time its modules beside).
 #   nanogpt: nanoGPT's own train.py on the baby GPT (bf16, torch.compile) beside fusegrad's bf16
@@ -39,8 +44,10 @@
 #   call on the same machine, whose finished runs are kept (more seeds in a second call).
 #   shakespeare: configs/shakespeare_char.yaml with fusegrad in each of FG_PRECISIONS (default
 #   "bf16"; e.g. "bf16 tf32"), then the PyTorch baseline (bench/train_torch.py, bf16 eager unless
-#   TORCH_MODES says e.g. "bf16 bf16:compile fp32"), for SHAKESPEARE_STEPS steps (default: the
-#   config's 5000), and a comparison table.
+#   TORCH_MODES says e.g. "bf16 bf16:compile fp32"; "none": no PyTorch run), for SHAKESPEARE_STEPS
+#   steps (default: the config's 5000), evaluating SHAKESPEARE_EVAL_ITERS batches (default 200),
+#   FG_SET more --set arguments for fusegrad's runs, and a comparison table.
+#   norm: TORCH_FLAGS are more flags for bench/norm_torch.py (e.g. --quick).
 set -uo pipefail
 out=${OUT:-gpu-out}
 # The cuDNN frontend's headers that scripts/prepare_gpu.sh put in .gpu/ (cuDNN itself is in
@@ -51,6 +58,14 @@ if [ -z "${FG_CUDNN_FRONTEND_INCLUDE:-}" ] && [ -f "$frontend/cudnn_frontend.h" 
 fi
 mkdir -p "$out"
 what=${*:-all}
+known="tests bench gemm attention norm ladder sanitize parity shakespeare seeds gpt2 gpt2text
+       breakdown norm-profile nanogpt ddp phases python models overhead all build-only"
+for step in $what; do
+    case " $(echo $known) " in
+        *" $step "*) ;;
+        *) echo "gpu_check.sh: unknown step '$step' (steps: $(echo $known))" >&2; exit 2 ;;
+    esac
+done
 status=0
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DFG_PYTHON="$(command -v python3)" -DFG_TORCH_PYTHON="$(command -v python3)" \
@@ -77,7 +92,7 @@ cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 ||
 mv "$now" "$hashes"
 started=$SECONDS
 for step in $what; do
-    # GPU_DEADLINE (seconds from the start): steps that would begin after it are skipped, so
+    # GPU_DEADLINE (seconds after the build): steps that would begin after it are skipped, so
     # that a call ends inside the device's per-command limit with its logs written.
     if [ -n "${GPU_DEADLINE:-}" ] && [ $((SECONDS - started)) -ge "$GPU_DEADLINE" ]; then
         echo "$step: skipped (GPU_DEADLINE ${GPU_DEADLINE} s reached)"; status=1; continue
@@ -203,7 +218,7 @@ PY
             tail -1 "$out/gpt2_torch_compile.log"
             ;;&
         breakdown)
-            # Nsight Compute's time for every kernel of two GPT-2 small steps (16 x 1024, launched
+            # Nsight Compute's time for every kernel of a few GPT-2 small steps (16 x 1024, launched
             # eagerly so that each kernel is seen as the step launches it), summed by kernel name.
             # The window skips the first steps' launches (BREAKDOWN_SKIP) and spans several steps
             # (BREAKDOWN_COUNT), well inside the run's 16 steps whatever a step launches (a fused

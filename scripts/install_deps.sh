@@ -2,7 +2,8 @@
 # Installs the Debian/Ubuntu packages fusegrad builds with, if any is missing (apt-get; sudo when
 # not root). CUDA is optional and not installed here: with nvcc present (on PATH or in
 # /usr/local/cuda) the kernels are built too.
-#   --tests  also python3-torch (the PyTorch parity test, tests/parity, runs with it), GPT-2's
+#   --tests  also python3-torch, python3-pip and python3-venv (the PyTorch parity test,
+#            tests/parity, runs with torch; pip and venv for the package's tests), GPT-2's
 #            vocabulary (as --tokenizer), tiktoken in build/tiktoken (the tokenizer's parity
 #            test) and transformers in build/hf (tests/hf: GPT-2 weights in and out);
 #   --tokenizer  GPT-2's vocabulary gpt2.tiktoken for text/gpt2_bpe.h (see below);
@@ -46,9 +47,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # GPT-2's vocabulary for text/gpt2_bpe.h (--tokenizer; --tests too): gpt2.tiktoken from the
-# openai-whisper 20250625 source distribution on PyPI (whisper/assets/gpt2.tiktoken), checked by
-# its sha256, into $FUSEGRAD_DATA (default ~/.local/share/fusegrad). Nothing fetches it at run time.
-# --tests also puts tiktoken (pip) in build/tiktoken, for the parity test against it.
+# openai-whisper 20250625 source distribution on PyPI (whisper/assets/gpt2.tiktoken), checked by its
+# sha256, into $FUSEGRAD_DATA (default ${XDG_DATA_HOME:-~/.local/share}/fusegrad). Nothing fetches
+# it at run time. --tests also puts tiktoken (pip) in build/tiktoken, for the parity test against
+# it.
 if [ "$tokenizer" = 1 ]; then
     dest=${FUSEGRAD_DATA:-${XDG_DATA_HOME:-$HOME/.local/share}/fusegrad}
     sha=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930

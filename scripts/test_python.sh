@@ -4,7 +4,8 @@
 # BUILD_DIR (default build/cuda) is a CUDA build: it is configured again with that PyTorch
 # (-DFG_TORCH_PYTHON) and its capi/libfusegrad_torch.so built, which the package then loads
 # ($FUSEGRAD_TORCH_LIBRARY; the C ABI's tests load capi/libfusegrad_norm.so, $FUSEGRAD_NORM_LIBRARY).
-# Without a CUDA build (no nvcc) there is no library to test: the script says so and stops.
+# Without a CUDA build (no nvcc) there is no library to test: the script says so and stops, before
+# it installs anything.
 # Without a GPU the `gpu` tests are skipped and the rest run: import, the errors users meet, shapes
 # through the fake implementations, opcheck and torch.compile on meta tensors, the C ABI's
 # argument checks.
@@ -19,6 +20,11 @@ build=${1:-build/cuda}
 venv=build/pyenv
 torch_version=2.11.0
 transformers_version=4.46.3  # fusegrad.patch's tests build tiny Llama and GPT-2 models with it
+if [ ! -f "$build/capi/libfusegrad_norm.so" ]; then
+    echo "warning: no CUDA build in $build (no $build/capi/libfusegrad_norm.so): the PyTorch" \
+         "package's tests did not run" >&2
+    exit 0
+fi
 py=${FUSEGRAD_TEST_PYTHON:-}
 if [ -z "$py" ]; then
     py=$venv/bin/python
@@ -33,11 +39,6 @@ assert torch.__version__.startswith('$torch_version')" >/dev/null 2>&1; then
             exit 0
         fi
     fi
-fi
-if [ ! -f "$build/capi/libfusegrad_norm.so" ]; then
-    echo "warning: no CUDA build in $build (no $build/capi/libfusegrad_norm.so): the PyTorch" \
-         "package's tests did not run" >&2
-    exit 0
 fi
 case $py in */*) py=$(realpath -s "$py") ;; *) py=$(command -v "$py") ;; esac
 cmake -S . -B "$build" -DFG_TORCH_PYTHON="$py" > /dev/null

@@ -29,15 +29,15 @@ sets=(--set train.device=cuda --set model.n_layer=2 --set model.n_embd=128 --set
       --set train.eval_interval=25 --set train.checkpoint_interval=25 --set train.eval_iters=2
       --set train.bucket_mb=0.05)
 
-# compare.py REFERENCE NOISE RUN TOL: every step's |RUN - REFERENCE| loss difference against a
-# bound. Without NOISE the bound is TOL at every step. With NOISE (a one-GPU bf16 run), it is
-# 3 x the largest |NOISE - REFERENCE| up to that step, plus TOL: a second bf16 run is another
-# sample of bf16's rounding noise, which may land on the other side of the reference and start
-# to separate from it a few steps earlier (docs/results.md, section 5, has a run that crossed
-# twice the distance), and the bound grows only as bf16's own distance
-# from fp32 has grown by that step, so the early steps, where bf16 and fp32 agree to ~1e-4, are
-# held to that. Prints the largest difference and
-# its bound; exits 1, listing the three loss curves, where any step is over its bound.
+# compare REFERENCE NOISE|- RUN TOL (a function, its Python inline): every step's |RUN - REFERENCE|
+# loss difference against a bound. Without NOISE the bound is TOL at every step. With NOISE (a
+# one-GPU bf16 run), it is 3 x the largest |NOISE - REFERENCE| up to that step, plus TOL: a second
+# bf16 run is another sample of bf16's rounding noise, which may land on the other side of the
+# reference and start to separate from it a few steps earlier (docs/results.md, section 5, has a run
+# that crossed twice the distance), and the bound grows only as bf16's own distance from fp32 has
+# grown by that step, so the early steps, where bf16 and fp32 agree to ~1e-4, are held to that.
+# Prints the largest difference and its bound; exits 1, listing the three loss curves, where any
+# step is over its bound.
 compare() {
     python3 - "$@" <<'PY'
 import json, sys

@@ -25,7 +25,7 @@ if [s["step"] for s in steps] != [1, 2] or not all(math.isfinite(s["loss"]) for 
     sys.exit("want steps 1 and 2 with a finite loss, got %s" % steps)
 PY
 done
-# refuses COMMAND... EXPECTED: the command exits non-zero and its output contains EXPECTED.
+# refuses EXPECTED COMMAND...: COMMAND exits non-zero and its output contains EXPECTED.
 refuses() {
     local expected=$1 output
     shift
