@@ -1,8 +1,9 @@
 // capi/fusegrad_norm.cpp: the C ABI of capi/fusegrad_norm.h over kernels/norm.h. Each entry point
-// checks its arguments (naming the one that is wrong, before any CUDA call), makes the caller's
-// device current and the caller's stream fusegrad's stream for the call (StreamOverride,
-// kernels/runtime.h), runs the launcher, and turns every exception into an error code plus the
-// thread's last-error message. Nothing here allocates device memory or synchronises.
+// checks its arguments (naming the one that is wrong; all but the device and the workspace size
+// before any CUDA call), makes the caller's device current and the caller's stream fusegrad's
+// stream for the call (StreamOverride, kernels/runtime.h), runs the launcher, and turns every
+// exception into an error code plus the thread's last-error message. Nothing here allocates device
+// memory or synchronises.
 #include "capi/fusegrad_norm.h"
 
 #include <cuda_runtime.h>

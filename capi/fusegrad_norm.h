@@ -13,13 +13,15 @@
  * dbias are FGN_F32 or x's type (f32 inputs take f32 weights only). No 16-byte alignment is
  * needed (unaligned pointers take the kernels' scalar path).
  *
- * Every function returns FGN_OK or an error code, and never throws or aborts; after an error,
- * fgn_last_error() holds the message on the calling thread: what was wrong and, for arguments,
- * which one. Argument errors are found before any CUDA call, so they need no GPU.
+ * Every fgn_norm_* function returns FGN_OK or an error code, and never throws or aborts; after an
+ * error, fgn_last_error() holds the message on the calling thread: what was wrong and, for
+ * arguments, which one. Argument errors are found before any CUDA call (so they need no GPU),
+ * except the device index's and a backward's too small workspace.
  *
  * Devices: the kernels' launch settings (shared memory opt-ins, occupancy) are kept once per
  * process, so one process runs them on one CUDA device: the first `device` a call names. A later
- * call naming another device is refused (one process per GPU, as torch.distributed runs). */
+ * call naming another device is refused (one process per GPU, as torch.distributed runs), and so is
+ * a first device of another model than device 0. */
 #ifndef FUSEGRAD_NORM_H
 #define FUSEGRAD_NORM_H
 

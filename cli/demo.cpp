@@ -1,6 +1,6 @@
 // cli/demo.cpp: see demo.h. The task: points x in R^16 drawn from a normal distribution, labelled
-// by which of 4 fixed random directions they point most along. Shapes: N samples, F = 16 features,
-// H = 64 hidden units, K = 4 classes.
+// by which of 4 fixed random vectors has the largest dot product with them. Shapes: N samples, F =
+// 16 features, H = 64 hidden units, K = 4 classes.
 #include "demo.h"
 
 #include <chrono>

@@ -2,8 +2,8 @@
 // Each example is a context and several endings, one of them right. The model scores every
 // ending by its tokens' cross-entropy after the context (the ending is encoded with a space in
 // front, as it follows the context's last word); the ending with the lowest sum is the answer
-// counted by `acc`, the one with the lowest mean (the sum over the ending's tokens) the answer
-// counted by `acc_norm`, which does not favour short endings. This is how llm.c scores
+// counted by `acc`, the one with the lowest mean (the sum divided by the ending's token count) the
+// answer counted by `acc_norm`, which does not favour short endings. This is how llm.c scores
 // HellaSwag. The file is the user's (HellaSwag's published validation split, one JSON object a
 // line with "ctx", "endings" and "label"); nothing is fetched.
 #pragma once
@@ -38,7 +38,8 @@ struct ChoiceScore {
 };
 
 // Scores `examples` with `model` (in eval mode) on `device`. A context and ending longer than
-// the model's block_size keep the end of the context; an ending alone that long is an error.
+// the model's block_size keep the end of the context; an ending of block_size tokens or more (no
+// room for the context's last token) is an error.
 // `progress(done, total)` is called after each example, when given.
 ChoiceScore score_choices(GPT& model, const std::vector<ChoiceExample>& examples, Device device,
                           const std::function<void(std::int64_t, std::int64_t)>& progress = {});

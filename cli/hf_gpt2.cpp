@@ -50,7 +50,8 @@ Tensor first_rows(const Tensor& t, std::int64_t rows) {
     return Tensor::from_vector(v, {rows, c});
 }
 
-// The tensors every GPT-2 layer has, with their shapes, for a model of n_layer x n_embd.
+// A GPT-2's tensors (wte, wpe, every layer's, ln_f) with their shapes, for a model of n_layer x
+// n_embd.
 std::vector<std::pair<std::string, Shape>> gpt2_shapes(std::int64_t n_layer, std::int64_t c,
                                                        std::int64_t vocab, std::int64_t block) {
     std::vector<std::pair<std::string, Shape>> out{{"transformer.wte.weight", {vocab, c}},

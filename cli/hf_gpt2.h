@@ -2,7 +2,7 @@
 // `fusegrad import --hf`): a folder with model.safetensors and config.json that transformers'
 // GPT2LMHeadModel loads (from_pretrained), and that GPT-2's published checkpoints are.
 //
-// The layouts differ in three ways. Names: transformers' keys are fusegrad's (nanoGPT's) with or
+// The layouts differ in four ways. Names: transformers' keys are fusegrad's (nanoGPT's) with or
 // without the "transformer." prefix. Linear weights: transformers' GPT-2 keeps them as Conv1D,
 // (in, out), fusegrad as (out, in): each is transposed. The head: tied to wte in both;
 // transformers' file may hold it as lm_head.weight (the same values) or not at all. The

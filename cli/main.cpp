@@ -1,7 +1,9 @@
 // cli/main.cpp: the `fusegrad` command. Its commands and their options are declared with CLI11
-// (`fusegrad --help`, `fusegrad COMMAND --help`); each command's body is a few calls into train/
-// (or kernels/norm/ for norm-plan). The only place that reports an error and exits: it prints
-// "error: ..." once and exits non-zero (2 for a bad command line, 1 for anything else).
+// (`fusegrad --help`, `fusegrad COMMAND --help`); each command's body is a few calls into train/,
+// into cli/'s other files (demo, prepare, export / import, hellaswag), or into kernels/norm/ for
+// norm-plan. The only place that reports an error and exits: it prints "error: ..." once and exits
+// 2 for what CLI11 refuses (an unknown command or option, a bad value), 1 for any other error, 130
+// when a run is stopped by a signal; with --ranks, a failed rank's status.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -361,7 +363,8 @@ int run(int argc, char** argv) {
     add_run_options(sample_cmd, s);
     CLI::Option* prompt = sample_cmd->add_option(
         "--prompt", s.prompt, "the text to continue (GPT-2 token runs: text, through GPT-2's "
-                              "tokenizer; the addition task: 12+34= if not given)");
+                              "tokenizer; other token runs and --ids: ids separated by spaces; "
+                              "the addition task: 12+34= if not given)");
     sample_cmd->add_option("--max-new-tokens", s.max_new, "tokens to generate")
         ->check(CLI::Range(1L, 1000000L))
         ->capture_default_str();
@@ -379,7 +382,8 @@ int run(int argc, char** argv) {
 
     SampleArgs e;
     CLI::App* eval_cmd = app.add_subcommand(
-        "eval", "train and validation loss of a run (and held-out accuracy for addition)");
+        "eval", "train and validation loss of a run (bits per byte for text, held-out accuracy "
+                "for addition)");
     add_run_options(eval_cmd, e);
     CLI::Option* hellaswag = eval_cmd->add_option(
         "--hellaswag", e.hellaswag,
@@ -427,32 +431,35 @@ int run(int argc, char** argv) {
 
     ConfigArgs c;
     CLI::App* config_cmd = app.add_subcommand(
-        "config", "every config key with its default and meaning (--list), or a config file "
-                  "checked as train checks it and printed resolved");
-    config_cmd->add_flag("--list", c.list,
-                         "every key: its default, its meaning and whether a resume may change it");
-    config_cmd->add_option("config", c.config, "a config file (configs/*.yaml)");
+        "config", "every config key with its default and meaning (--list), or a config file's "
+                  "keys, types and values checked as train reads them (train also checks the "
+                  "data, memory and devices) and the config printed resolved");
+    CLI::Option* list = config_cmd->add_flag(
+        "--list", c.list, "every key: its default, its meaning and whether a resume may change it");
+    config_cmd->add_option("config", c.config, "a config file (configs/*.yaml)")->excludes(list);
     config_cmd->add_option("--set", c.overrides, "change a key, key.path=value (repeatable)")
-        ->allow_extra_args(false);
+        ->allow_extra_args(false)
+        ->excludes(list);
 
     fg::cli::PrepareOptions pr;
     CLI::App* prepare_cmd = app.add_subcommand(
         "prepare", "text files (or folders of them, or .jsonl files) to GPT-2 token shards that "
                    "data.kind shards trains on");
-    prepare_cmd->add_option("inputs", pr.inputs, "text files, folders (a document a file) or "
-                            ".jsonl files (a document a line)")->required();
+    prepare_cmd->add_option("inputs", pr.inputs, "text files (a document a file), .jsonl files (a "
+                            "document a line) or folders of them (in name order)")->required();
     prepare_cmd->add_option("--out", pr.out_dir, "the folder the shards go to")->required();
-    prepare_cmd->add_option("--name", pr.name, "the shards' name: NAME_train_000001.bin, ...")
+    prepare_cmd->add_option("--name", pr.name, "the shards' name: NAME_train_000001.bin, ... and "
+                            "NAME_val_000000.bin (raw_uint16: NAME_train.bin, NAME_val.bin)")
         ->capture_default_str();
     prepare_cmd->add_option("--format", pr.format, "llmc (llm.c's header) or raw_uint16 "
-                            "(nanoGPT's train.bin / val.bin)")
+                            "(nanoGPT's headerless format)")
         ->check(CLI::IsMember({"llmc", "raw_uint16"}))
         ->capture_default_str();
     prepare_cmd->add_option("--val-share", pr.val_share, "the share of tokens for validation (the last)")
         ->check(CLI::Range(0.0001, 0.9999))
         ->capture_default_str();
     prepare_cmd->add_option("--shard-tokens", pr.shard_tokens, "tokens a training shard (llmc)")
-        ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 31))
+        ->check(CLI::Range(std::int64_t{1024}, (std::int64_t{1} << 31) - 1))  // an int32 count
         ->capture_default_str();
     prepare_cmd->add_option("--jsonl-field", pr.jsonl_field, "the text's field in .jsonl lines")
         ->capture_default_str();

@@ -92,7 +92,7 @@ std::int64_t prepare(const PrepareOptions& o) {
     FG_CHECK(o.val_share > 0 && o.val_share < 1, "prepare", "--val-share must be in (0, 1)");
     const text::Gpt2Tokenizer bpe = text::Gpt2Tokenizer::load_installed();
     const std::vector<std::string> docs = read_documents(o);
-    // Every core encodes documents, the next one free taking the next document.
+    // o.threads threads (every core for 0) encode documents, the next one free taking the next.
     std::vector<std::vector<std::int32_t>> encoded(docs.size());
     std::atomic<std::size_t> next{0}, done{0};
     const int threads = std::max(1, o.threads > 0 ? o.threads
@@ -134,6 +134,9 @@ std::int64_t prepare(const PrepareOptions& o) {
                                  : n;
     for (std::size_t begin = 0, index = 1; begin < n - n_val; begin += per, ++index)
         shards.push_back({name("train", index), begin, std::min(n - n_val, begin + per)});
+    // llm.c's header counts a shard's tokens in an int32.
+    FG_CHECK(!llmc || n_val <= 2147483647u, "prepare", "the validation shard would hold ", n_val,
+             " tokens, more than llm.c's header can count (2^31 - 1): lower --val-share");
     std::string taken;
     for (const Shard& s : shards) {
         std::error_code ec;

@@ -21,11 +21,11 @@ struct PrepareOptions {
 };
 
 // Reads every document (a file, each file of a folder in name order, each line of a .jsonl),
-// encodes each with GPT-2's tokenizer on every core, <|endoftext|> before each, and writes the
-// last val_share of the tokens as the validation shard(s) and the rest as training shards of at
-// most shard_tokens each (raw_uint16: NAME_train.bin and NAME_val.bin, one file each). Refuses
-// empty input, and shards that would overwrite files already there (naming them). Prints what
-// it wrote; returns the number of tokens.
+// encodes each with GPT-2's tokenizer on `threads` threads (every core by default), <|endoftext|>
+// before each, and writes the last val_share of the tokens as one validation shard
+// (NAME_val_000000.bin) and the rest as training shards of at most shard_tokens each (raw_uint16:
+// NAME_train.bin and NAME_val.bin, one file each). Refuses empty input, and shards that would
+// overwrite files already there (naming them). Prints what it wrote; returns the number of tokens.
 std::int64_t prepare(const PrepareOptions& options);
 
 }  // namespace fg::cli

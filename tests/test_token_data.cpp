@@ -121,6 +121,41 @@ Config tiny_token_run(const std::string& dir, std::int64_t steps,
 
 }  // namespace
 
+TEST_CASE("a shard shorter than one window is never drawn, a split of only such is refused",
+          "[token_data]") {
+    // fusegrad prepare (or llm.c's scripts) can end a split with a short last shard.
+    const std::string dir = temp_dir("short_last");
+    write_llmc(dir + "/s_train_000001.bin", run_of(1000, 20));
+    write_llmc(dir + "/s_train_000002.bin", run_of(2000, 5));  // 5 < block_size + 1 = 9
+    write_llmc(dir + "/s_train_000003.bin", run_of(3000, 12));
+    write_llmc(dir + "/s_val_000000.bin", run_of(40000, 12));
+    const std::int64_t t = 8;
+    ShardData data(dir + "/s_train_*.bin", dir + "/s_val_*.bin", TokenFormat::llmc, 0, t);
+    CHECK(data.tokens(Split::train) == 37);
+    CHECK_THAT(data.describe(),
+               ContainsSubstring("training 3 files") &&
+                   ContainsSubstring("(1 shorter than one window, so never drawn)"));
+    // Every window of the two long files (12 + 4) is drawn, none from the short one.
+    Generator gen(3);
+    std::set<std::int32_t> starts;
+    for (int b = 0; b < 40; ++b) {
+        const Batch batch = data.batch(Split::train, 16, gen, Device::cpu);
+        const std::vector<std::int32_t> x = ids_of(batch.inputs);
+        for (std::int64_t r = 0; r < 16; ++r) starts.insert(x[r * t]);
+    }
+    std::set<std::int32_t> expected;
+    for (std::int32_t i = 0; i < 12; ++i) expected.insert(1000 + i);
+    for (std::int32_t i = 0; i < 4; ++i) expected.insert(3000 + i);
+    CHECK(starts == expected);
+    // A split whose every file is short has no window.
+    write_llmc(dir + "/t_train_000001.bin", run_of(1000, 6));
+    write_llmc(dir + "/t_train_000002.bin", run_of(2000, 7));
+    CHECK_THAT(shard_error(dir + "/t_train_*.bin", dir + "/s_val_*.bin"),
+               ContainsSubstring("'" + dir + "/t_train_000001.bin' holds 6 tokens, fewer than one "
+                                 "window of block_size + 1 = 9 (inputs and the targets shifted by "
+                                 "one), and so do the other files of data.path"));
+}
+
 TEST_CASE("llm.c GPT-2 shards: windows of one file, shifted targets, seeded", "[token_data]") {
     const std::string dir = temp_dir("gpt2");
     // Three training files of different lengths (written out of order: the glob sorts them),

@@ -1,9 +1,10 @@
 // text/gpt2_bpe.h: GPT-2's byte-level BPE tokenizer (50257 ids, <|endoftext|> = 50256), in C++.
 //   encode: the text is split into pieces by GPT-2's pattern (contractions, runs of letters, of
-//   digits, of other symbols, each with one leading space; whitespace runs, leaving the last space
-//   to the next piece), with Unicode's letter and number classes (PCRE2, UTF + UCP); each piece's
-//   bytes start as single-byte tokens and the adjacent pair of lowest merge rank is merged until
-//   no pair is in the vocabulary. Bytes that are not valid UTF-8 are encoded as tiktoken encodes
+//   digits, of other symbols, each with an optional leading space; whitespace runs, leaving the
+//   last space to the next piece), with Unicode's letter and number classes (PCRE2, UTF + UCP);
+//   each piece's bytes start as single-byte tokens and the adjacent pair of lowest merge rank is
+//   merged until no pair is in the vocabulary. Bytes that are not valid UTF-8 are encoded as
+//   tiktoken encodes
 //   them (its _encode_bytes): the valid prefix as text, then the bytes of its last piece and all
 //   the rest merged as one piece. Any bytes encode and decode back to themselves.
 //   decode: the tokens' bytes, concatenated; Gpt2Decoder does it token by token, holding back an

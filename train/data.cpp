@@ -428,9 +428,6 @@ ShardData::ShardData(const std::string& train_pattern, const std::string& val_pa
             sh.ids = sh.file.data();
             sh.n_tokens = size / 2;
         }
-        FG_CHECK(sh.n_tokens >= block_size + 1, "data", "'", path, "' holds ", sh.n_tokens,
-                 " tokens, fewer than one window of block_size + 1 = ", block_size + 1,
-                 " (inputs and the targets shifted by one)");
         if (first_path.empty()) {
             version_ = version;
             token_bytes_ = version == kLlmcLlama3Version ? 4 : 2;
@@ -446,11 +443,19 @@ ShardData::ShardData(const std::string& train_pattern, const std::string& val_pa
         files.pattern = pattern;
         for (const std::string& path : shard_paths(pattern, key)) {
             files.shards.push_back(open(path));
-            files.tokens += files.shards.back().n_tokens;
-            files.window_ends.push_back(
-                (files.window_ends.empty() ? 0 : files.window_ends.back()) +
-                files.shards.back().n_tokens - block_size);
+            const std::int64_t n = files.shards.back().n_tokens;
+            files.tokens += n;
+            // A file shorter than one window (a short last shard, say) gives none.
+            files.short_files += n < block_size + 1;
+            files.window_ends.push_back((files.window_ends.empty() ? 0 : files.window_ends.back()) +
+                                        std::max<std::int64_t>(0, n - block_size));
         }
+        const Shard& first = files.shards.front();
+        FG_CHECK(files.window_ends.back() > 0, "data", "'", first.path, "' holds ", first.n_tokens,
+                 " tokens, fewer than one window of block_size + 1 = ", block_size + 1,
+                 " (inputs and the targets shifted by one)",
+                 files.shards.size() > 1 ? ", and so do the other files of " + std::string(key)
+                                         : std::string());
     };
     load(train_, train_pattern, "data.path");
     load(val_, val_pattern, "data.val_path");
@@ -491,6 +496,8 @@ std::string ShardData::describe() const {
         out << (s == Split::train ? ": training " : "; validation ") << f.shards.size()
             << (f.shards.size() == 1 ? " file" : " files") << " ('" << f.pattern << "'), "
             << count_text(f.tokens) << " tokens";
+        if (f.short_files)
+            out << " (" << f.short_files << " shorter than one window, so never drawn)";
     }
     out << "; vocabulary " << vocab_.chars().substr(8, vocab_.chars().size() - 9)
         << " (ids checked in each batch)";

@@ -147,7 +147,8 @@ private:
 // and no file is both train and val); the llm.c header's magic and version (one of the two
 // kinds above, the same in all files); the file's size is exactly 1024 + n_tokens * token_bytes
 // (llmc) or a whole number of uint16 ids (raw_uint16, which also refuses a file that starts with
-// llm.c's magic); every file holds at least block_size + 1 tokens. Token ids are
+// llm.c's magic); a file shorter than one window (block_size + 1 tokens) is never drawn, and
+// each split needs one that is not. Token ids are
 // checked against the vocabulary in each batch (the B x (T + 1) ids a batch reads): opening stays
 // O(files) however large the corpus, and no id outside it ever reaches the model.
 // A batch row is a window of block_size + 1 consecutive tokens of one file, every window of
@@ -182,6 +183,7 @@ private:
         std::vector<Shard> shards;
         std::vector<std::int64_t> window_ends;  // running count of windows, shard by shard
         std::int64_t tokens = 0;
+        std::int64_t short_files = 0;  // shorter than one window: never drawn
     };
     const Files& split(Split s) const { return s == Split::train ? train_ : val_; }
     TokenFormat format_;
