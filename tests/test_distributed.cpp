@@ -643,7 +643,8 @@ TEST_CASE("the exchange refuses what it cannot send, naming it", "[distributed]"
                       ContainsSubstring("[grad_exchange] CPU ranks sum f32 or bf16 values, not i32"));
     CHECK_THROWS_WITH(test::tiny_addition_run("/tmp/fg_exchange_dtype", 2,
                                               {"train.exchange_dtype=f16"}),
-                      ContainsSubstring("train.exchange_dtype"));
+                      ContainsSubstring("train.exchange_dtype: must be one of auto, f32, bf16, "
+                                        "got \"f16\""));
 }
 
 TEST_CASE("a rank sees when another closed its connection", "[distributed]") {

@@ -58,7 +58,10 @@ TEST_CASE("bad arguments are rejected", "[errors]") {
 }
 
 TEST_CASE("CUDA requests without a device say why", "[errors]") {
-    if (cuda_is_available()) return;  // covered by the gpu tests on a GPU machine
+    if (cuda_is_available()) {
+        WARN("a CUDA device is present: the no-device messages cannot be checked here");
+        return;
+    }
     std::string why = built_with_cuda() ? "no CUDA device is available" : "built without CUDA";
     REQUIRE_THROWS_WITH(Tensor::zeros({2}, DType::f32, Device::cuda), ContainsSubstring(why));
     REQUIRE_THROWS_WITH(Tensor::zeros({2}).to(Device::cuda), ContainsSubstring(why));

@@ -87,6 +87,8 @@ TEST_CASE("gradient clipping by global norm", "[optim]") {
     REQUIRE(a.grad().to_vector<double>()[0] == Approx(0.6).epsilon(1e-5));
     REQUIRE(b.grad().to_vector<double>()[0] == Approx(0.8).epsilon(1e-5));
     REQUIRE(clip_grad_norm({&a, &b}, 10.0) == Approx(1.0).epsilon(1e-5));  // under: unchanged
+    CHECK(a.grad().to_vector<double>()[0] == Approx(0.6).epsilon(1e-5));
+    CHECK(b.grad().to_vector<double>()[0] == Approx(0.8).epsilon(1e-5));
 }
 
 TEST_CASE("the norm and clip factor, applied by the step, equal clipping the gradients first",

@@ -414,18 +414,32 @@ TEST_CASE("no write follows a planted link, and appends go to a regular file fus
 }
 
 TEST_CASE("a failed best save says so and keeps the last checkpoint", "[run_dir]") {
-    // best.safetensors cannot be written (a folder is in its place): the run stops and says the
-    // last checkpoint stays. (The folder is put there after the run has claimed the directory.)
+    // best.safetensors cannot be written (a folder is in its place): the run stops and says
+    // whether a checkpoint stays. (The folder is put there after the run has claimed the
+    // directory.) The evaluation at step 2 comes before that step's checkpoint.
     const std::string dir = "/tmp/fg_rd_best";
-    fs::remove_all(dir);
+    for (std::int64_t every : {2, 1}) {
+        INFO("a checkpoint every " << every << " steps");
+        fs::remove_all(dir);
+        std::ostringstream log;
+        Config c = tiny(dir, 4);
+        c.train.eval_interval = 2;
+        c.train.checkpoint_interval = every;
+        Trainer t(c, log);
+        fs::create_directories(dir + "/best.safetensors");
+        const std::string kept = every == 1 ? "the last good checkpoint in '" + dir + "' is kept"
+                                            : "no checkpoint was written before it";
+        REQUIRE_THROWS_WITH(t.run(), ContainsSubstring("[checkpoint] saving the best weights at "
+                                                       "step 2 failed") &&
+                                         ContainsSubstring(kept));
+        CHECK(has_checkpoint(dir) == (every == 1));
+    }
+    // The kept checkpoint (step 1) resumes.
+    fs::remove_all(dir + "/best.safetensors");
+    CHECK(verified_checkpoint(dir).step == 1);
     std::ostringstream log;
-    Config c = tiny(dir, 4);
-    c.train.eval_interval = 2;
-    Trainer t(c, log);
-    fs::create_directories(dir + "/best.safetensors");
-    REQUIRE_THROWS_WITH(t.run(),
-                        ContainsSubstring("[checkpoint] saving the best weights at step 2 failed") &&
-                            ContainsSubstring("the last good checkpoint in '" + dir + "' is kept"));
+    std::unique_ptr<Trainer> resumed = Trainer::resume(dir, {}, log);
+    CHECK(resumed->step() == 1);
 }
 
 TEST_CASE("a run too large for the device's memory is refused before anything is written",

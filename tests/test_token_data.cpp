@@ -599,12 +599,15 @@ TEST_CASE("configs/gpt2_124m.yaml: GPT-2 small, trainable without a download",
     CHECK(data->vocab().size() == 50257);
     const GPTConfig g = gpt_config(bench, data->vocab().size());
     CHECK(g.vocab_size == 50304);
-    // 124M parameters (wte tied to the head; 124.5M with the padded vocabulary), and the memory
-    // estimate of one micro-batch of 16 x 1024 in bf16 (about 10 GiB) fits an 80 GB GPU.
-    const double params =
-        50304.0 * 768 + 1024.0 * 768 + 12.0 * (12.0 * 768 * 768 + 13.0 * 768) + 2.0 * 768;
-    CHECK(params > 124e6);
-    CHECK(params < 125e6);
+    // The config's shape has GPT-2 small's 124M parameters (wte tied to the head; 124.5M with
+    // the padded vocabulary): embeddings, 12 C^2 + 13 C a block (four weights, their biases and
+    // two LayerNorms), ln_f. The memory estimate of one micro-batch of 16 x 1024 in bf16 (about
+    // 10 GiB) fits an 80 GB GPU.
+    const double C = static_cast<double>(g.n_embd);
+    const double params = static_cast<double>(g.vocab_size + g.block_size) * C +
+                          static_cast<double>(g.n_layer) * (12 * C * C + 13 * C) + 2 * C;
+    CHECK(params > 124.4e6);
+    CHECK(params < 124.6e6);
     const TrainingMemory need =
         estimate_training_memory(g, bench.train.batch_size, data->sequence_length(), 2);
     INFO(need.describe());

@@ -583,7 +583,9 @@ void Trainer::run(std::int64_t stop_at) {
                                      {{"format", "pt"}, {"step", std::to_string(step_)}});
                 } catch (const std::exception& e) {
                     fail("checkpoint", "saving the best weights at step ", step_, " failed: ",
-                         e.what(), "; the last good checkpoint in '", dir_, "' is kept");
+                         e.what(), has_checkpoint(dir_) ? "; the last good checkpoint in '" +
+                                                              dir_ + "' is kept"
+                                                        : "; no checkpoint was written before it");
                 }
             }
             if (best) best_val_ = e.val_loss;
