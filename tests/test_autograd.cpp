@@ -1,6 +1,7 @@
 // tests/test_autograd.cpp: the tape itself: accumulation where paths meet, leaf .grad across
 // backward calls, zero_grad, set_grad_storage, NoGradGuard, detach, freed graphs and non-scalar
-// roots.
+// roots, post-accumulate hooks, saved tensors released after a backward, frozen inputs, and a
+// leaf's first gradient taken without a copy.
 #include <algorithm>
 
 #include "core/allocator.h"

@@ -1,6 +1,7 @@
 // tests/test_gpt.cpp: the tiny GPT on the CPU: nanoGPT's parameter names and shapes, its
-// initialisation, the loss at init, a gradient reaching every parameter, and the whole model's
-// gradient against float64 finite differences.
+// initialisation, the loss at init, a gradient reaching every parameter, the whole model's
+// gradient against float64 finite differences, the layers' and the model's argument checks, and
+// the memory estimate of a training step against the measured peak (its parameters exactly).
 #include <cmath>
 #include <map>
 

@@ -1,8 +1,10 @@
 // tests/test_kernel_settings.cpp: kernel settings reach the layers of a built model, not its
 // constructors: Module::apply visits every module of a GPT once; a norm layer's reduction is its
 // constructor's default until set; and the trainer (new runs, resumed runs, load_run) sets
-// kernels.norm_reduction on every norm of the model it builds, and kernels.attention on every
-// attention layer, refusing cudnn where cuDNN cannot run (here: the CPU).
+// kernels.norm_reduction on every norm of the model it builds, kernels.attention on every
+// attention layer (refusing cudnn where cuDNN cannot run: here, the CPU), and
+// kernels.matmul_autotune with train.precision's TF32 on the products; kernels.cuda_graph's log
+// line and train.phase_times on the CPU.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>

@@ -137,7 +137,7 @@ TEST_CASE("norm plans: the measured rules pick their kernels at docs/norms.md's 
     CHECK(p.kernel == ForwardKernel::registers);
     CHECK(p.rows.tpr == 64);
     CHECK(p.prefetch_waves == 1);  // F7: 2-byte rows are
-    p = plan_forward(call(NormKind::layer, 2, 16384, 1536), d, t);  // 192 vectors: four each
+    p = plan_forward(call(NormKind::layer, 2, 16384, 1536), d, t);  // 192 vectors: three each
     CHECK(p.rows.tpr == 64);
     CHECK(p.fixed_items == 3);
     // Rows of 1024 to 6144 vectors: looped, steps of up to 1024 x 4 (F5, F8).

@@ -2,7 +2,10 @@
 // resume changes nothing; a checkpoint is verified (sizes, checksums, one step, every tensor)
 // before it is loaded; leftovers of an interrupted save block nothing; a non-finite loss stops the
 // run before it spoils the weights; a new run takes only a directory that is empty or a failed
-// start's, a checkpoint removes only the folder it replaces, and no write follows a planted link. The kill -9 and full-disk tests are tests/fault_injection.sh.
+// start's, a checkpoint removes only the folder it replaces, and no write follows a planted link;
+// sample and eval read a run back; a failed best save says whether a checkpoint stays; a run too
+// large for memory is refused first. The kill -9 and full-disk tests are
+// tests/fault_injection.sh.
 #include <sys/stat.h>
 
 #include <filesystem>

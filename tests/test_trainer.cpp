@@ -1,6 +1,8 @@
 // tests/test_trainer.cpp: the trainer on the CPU: a resumed run continues with bitwise the same
-// losses as an uninterrupted one; the run directory's files; and the bad inputs (an existing
-// run, a different model shape on resume, device cuda without CUDA, a missing text file).
+// losses as an uninterrupted one; the run directory's files; the bad inputs (an existing run, a
+// different model shape on resume, device cuda without CUDA, a missing text file); and what it
+// reports and computes beside the step: loss-curve plots, the progress bar, MFU and the FLOP
+// count, generation, bits per byte.
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -6,8 +6,7 @@
 // rounded to their dtype first, so the reference sees exactly what the kernel sees; outputs are
 // poisoned (NaN) before the kernels run. Then: strategy (b) is bitwise repeatable, strategy (a)
 // agrees with it within fp32 rounding over many runs (a race would move the error), misaligned
-// and empty inputs, dw and db added into existing values, and a forward and backward replayed
-// from a captured CUDA graph.
+// and empty inputs, and a forward and backward replayed from a captured CUDA graph.
 //
 // FG_NORM_TEST_MAX_ELEMS (environment) caps M * N, for compute-sanitizer runs.
 #include <algorithm>

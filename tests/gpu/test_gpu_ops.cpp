@@ -1,7 +1,10 @@
 // tests/gpu/test_gpu_ops.cpp: every CUDA op, forward and backward, against the CPU reference
 // computed in float64, on odd sizes (1, 7, 33, 1000, 4097 columns), with new tensors poisoned so an
-// unwritten element fails. Also: Philox identical on both sides, the caching allocator's steady
-// state, device-side index errors, deterministic backwards. Labelled `gpu`; needs a CUDA device.
+// unwritten element fails. Also: cuBLASLt's 16-bit products (the linear and MLP epilogues, the
+// tanh GELU they compute, heuristic and autotuned algorithms), TF32, column sums, widen_scale,
+// the cross-entropy's non-finite rows, Philox identical on both sides, the caching allocator's
+// steady state, device-side index errors, deterministic backwards. Labelled `gpu`; needs a CUDA
+// device.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -3,7 +3,9 @@
 // parameter's gradient on CUDA against the same model in float64 on the CPU; and the whole
 // trainer, 20 steps on each device from the same config and seed, to the same losses (1e-4);
 // the memory estimate of a step against the CUDA allocator's measured peak, in f32 and bf16;
-// train.phase_times' summary, with the same losses as without it.
+// train.phase_times' summary, with the same losses as without it; multi-tensor AdamW with a clip
+// factor, the gradient norm from misaligned gradients and its refusals, a GPU index refused, and
+// NCCL over one rank.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
