@@ -3,6 +3,7 @@
 //   check_gradients:          float64 central finite differences against autograd
 //   max_abs_diff / rel_error: comparisons of results as double vectors
 //   small_gpt:                a GPTConfig of a given size (the rest left at its defaults)
+//   files_under:              every file under a folder with its bytes (a before / after check)
 //   tiny_addition_run:        a Config that trains a tiny GPT on one-digit addition on the CPU
 //   require_resume_repeats:   a run stopped and resumed repeats the uninterrupted losses exactly
 //   measured_step_peak:       the allocator's peak over building a GPT and two AdamW steps
@@ -17,7 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,6 +36,17 @@
 #include "scale/scale_wing.h"
 
 namespace fg::test {
+
+// Every file under dir (recursively) with its bytes: what a refused command must leave as it was.
+inline std::map<std::string, std::string> files_under(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        std::ifstream in(e.path(), std::ios::binary);
+        files[e.path().string()] = std::string((std::istreambuf_iterator<char>(in)), {});
+    }
+    return files;
+}
 
 inline GPTConfig small_gpt(std::int64_t vocab, std::int64_t block, std::int64_t n_layer,
                            std::int64_t n_head, std::int64_t n_embd) {

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -29,17 +28,6 @@ namespace {
 
 Config tiny(const std::string& dir, std::int64_t steps) {
     return test::tiny_addition_run(dir, steps);
-}
-
-// Every file under dir (recursively) and its bytes.
-std::map<std::string, std::string> snapshot(const std::string& dir) {
-    std::map<std::string, std::string> files;
-    for (const auto& e : fs::recursive_directory_iterator(dir)) {
-        if (!e.is_regular_file()) continue;
-        std::ifstream in(e.path(), std::ios::binary);
-        files[e.path().string()] = std::string((std::istreambuf_iterator<char>(in)), {});
-    }
-    return files;
 }
 
 std::string run_once(const std::string& dir, std::int64_t steps) {
@@ -80,7 +68,7 @@ void drop(SafetensorsFile& file, const std::string& name) {
 
 TEST_CASE("a refused resume leaves the run directory exactly as it was", "[run_dir]") {
     const std::string dir = run_once("/tmp/fg_rd_refused", 4);
-    const auto before = snapshot(dir);
+    const auto before = test::files_under(dir);
     std::ostringstream log;
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {"model.n_embd=64"}, log),
                         ContainsSubstring("[resume] model.n_embd cannot change when resuming"));
@@ -91,7 +79,7 @@ TEST_CASE("a refused resume leaves the run directory exactly as it was", "[run_d
                             ContainsSubstring("a resumed run may change optim.lr, optim.min_lr"));
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {"model.n_layerz=2"}, log),
                         ContainsSubstring("model.n_layerz: unknown key"));
-    CHECK(snapshot(dir) == before);
+    CHECK(test::files_under(dir) == before);
     // Allowed: a longer schedule. The resumed config is then the run's.
     auto t = Trainer::resume(dir, {"train.steps=6"}, log);
     t->run();
@@ -230,11 +218,11 @@ TEST_CASE("a new run refuses a folder holding files it did not write, naming one
         fs::remove_all(dir);
         fs::create_directories(dir);
         std::ofstream(dir + "/" + f) << "a user's file\n";
-        const auto before = snapshot(dir);
+        const auto before = test::files_under(dir);
         REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
                             ContainsSubstring(std::string("holds '") + f + "', which fusegrad did not write") &&
                                 ContainsSubstring("never writes over or removes files it did not write"));
-        CHECK(snapshot(dir) == before);
+        CHECK(test::files_under(dir) == before);
         CHECK_FALSE(fs::exists(dir + "/" + kRunMarker));
     }
     // A failed start's directory with a user's file beside it: still refused, nothing removed.
@@ -242,10 +230,10 @@ TEST_CASE("a new run refuses a folder holding files it did not write, naming one
     { Trainer t(tiny(dir, 2), log); }  // a start that stopped before its first checkpoint
     fs::create_directories(dir + "/checkpoints");
     std::ofstream(dir + "/checkpoints/my_notes.txt") << "mine\n";
-    const auto before = snapshot(dir);
+    const auto before = test::files_under(dir);
     REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
                         ContainsSubstring("holds 'checkpoints', which a start of fusegrad's does not leave"));
-    CHECK(snapshot(dir) == before);
+    CHECK(test::files_under(dir) == before);
     // A committed run: resume it instead.
     run_once(dir, 2);
     REQUIRE_THROWS_WITH(Trainer(tiny(dir, 2), log),
@@ -519,11 +507,11 @@ TEST_CASE("a non-finite loss stops the run before the update, keeping the last c
 TEST_CASE("resume refuses a vocabulary that changed", "[run_dir]") {
     const std::string dir = run_once("/tmp/fg_rd_vocab", 2);
     { std::ofstream(dir + "/vocab.txt") << "0123456789+="; }
-    const auto before = snapshot(dir);
+    const auto before = test::files_under(dir);
     std::ostringstream log;
     REQUIRE_THROWS_WITH(Trainer::resume(dir, {}, log),
                         ContainsSubstring("is not the one in '" + dir + "/vocab.txt'"));
-    CHECK(snapshot(dir) == before);
+    CHECK(test::files_under(dir) == before);
 }
 
 TEST_CASE("damaged train_state metadata is named, not 'stoull' or 'map::at'", "[run_dir]") {

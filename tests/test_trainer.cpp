@@ -5,7 +5,6 @@
 // count, generation, bits per byte.
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include "core/cuda_backend.h"
@@ -25,17 +24,6 @@ Config tiny_run(const std::string& dir, std::int64_t steps) {
                                    {"model.dropout=0.1", "train.grad_accum=2",
                                     "train.eval_interval=4", "train.eval_iters=2",
                                     "train.checkpoint_interval=3"});
-}
-
-// Every file under dir (recursively) with its bytes: a refused command must leave it as it was.
-std::map<std::string, std::string> files_in(const std::string& dir) {
-    std::map<std::string, std::string> files;
-    for (const auto& e : fs::recursive_directory_iterator(dir)) {
-        if (!e.is_regular_file()) continue;
-        std::ifstream in(e.path(), std::ios::binary);
-        files[e.path().string()] = std::string((std::istreambuf_iterator<char>(in)), {});
-    }
-    return files;
 }
 
 }  // namespace
@@ -92,13 +80,13 @@ TEST_CASE("trainer bad inputs: an error, and nothing half-written", "[trainer][e
         Trainer t(tiny_run("/tmp/fg_run_errors", 3), log);
         t.run();
     }
-    const auto before = files_in("/tmp/fg_run_errors");
+    const auto before = test::files_under("/tmp/fg_run_errors");
     REQUIRE_THROWS_WITH(Trainer(tiny_run("/tmp/fg_run_errors", 3), log),
                         ContainsSubstring("already holds a run (checkpoint.json): resume it with --resume"));
     REQUIRE_THROWS_WITH(Trainer::resume("/tmp/fg_run_errors", {"model.n_embd=32"}, log),
                         ContainsSubstring("[resume] model.n_embd cannot change when resuming") &&
                             ContainsSubstring("(16 -> 32)"));
-    CHECK(files_in("/tmp/fg_run_errors") == before);
+    CHECK(test::files_under("/tmp/fg_run_errors") == before);
     // The refusals below come before a run directory is made.
     for (const char* dir : {"/tmp/fg_run_text", "/tmp/fg_run_cuda", "/tmp/fg_run_small"})
         fs::remove_all(dir);
