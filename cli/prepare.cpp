@@ -86,6 +86,12 @@ std::string shard_bytes(const std::vector<std::uint16_t>& ids, std::size_t begin
 
 }  // namespace
 
+void check_llmc_shard_tokens(std::size_t tokens, const std::string& path) {
+    FG_CHECK(tokens <= 2147483647u, "prepare", "'", path, "' would hold ", tokens,
+             " tokens, more than llm.c's header can count (2^31 - 1): lower --val-share or "
+             "--shard-tokens");
+}
+
 std::int64_t prepare(const PrepareOptions& o) {
     FG_CHECK(o.format == "llmc" || o.format == "raw_uint16", "prepare",
              "--format is llmc or raw_uint16, got '", o.format, "'");
@@ -134,9 +140,8 @@ std::int64_t prepare(const PrepareOptions& o) {
                                  : n;
     for (std::size_t begin = 0, index = 1; begin < n - n_val; begin += per, ++index)
         shards.push_back({name("train", index), begin, std::min(n - n_val, begin + per)});
-    // llm.c's header counts a shard's tokens in an int32.
-    FG_CHECK(!llmc || n_val <= 2147483647u, "prepare", "the validation shard would hold ", n_val,
-             " tokens, more than llm.c's header can count (2^31 - 1): lower --val-share");
+    for (const Shard& s : shards)
+        if (llmc) check_llmc_shard_tokens(s.end - s.begin, s.path);
     std::string taken;
     for (const Shard& s : shards) {
         std::error_code ec;

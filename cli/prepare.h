@@ -28,4 +28,8 @@ struct PrepareOptions {
 // overwrite files already there (naming them). Prints what it wrote; returns the number of tokens.
 std::int64_t prepare(const PrepareOptions& options);
 
+// Refuses an llm.c shard of more tokens than its header's int32 counts (2^31 - 1), naming `path`:
+// prepare checks every shard with it before it writes any.
+void check_llmc_shard_tokens(std::size_t tokens, const std::string& path);
+
 }  // namespace fg::cli

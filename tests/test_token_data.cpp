@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli/prepare.h"
 #include "core/error.h"
 #include "models/gpt_memory.h"
 #include "test_helpers.h"
@@ -120,6 +121,14 @@ Config tiny_token_run(const std::string& dir, std::int64_t steps,
 }
 
 }  // namespace
+
+TEST_CASE("prepare refuses an llm.c shard its header cannot count", "[token_data][errors]") {
+    // (2^31 tokens of input are too many to send here: the check prepare runs on every shard.)
+    CHECK_NOTHROW(cli::check_llmc_shard_tokens(2147483647u, "/tmp/x_val_000000.bin"));
+    CHECK_THROWS_WITH(cli::check_llmc_shard_tokens(2147483648u, "/tmp/x_val_000000.bin"),
+                      ContainsSubstring("[prepare] '/tmp/x_val_000000.bin' would hold 2147483648 "
+                                        "tokens, more than llm.c's header can count (2^31 - 1)"));
+}
 
 TEST_CASE("a shard shorter than one window is never drawn, a split of only such is refused",
           "[token_data]") {

@@ -446,7 +446,6 @@ ShardData::ShardData(const std::string& train_pattern, const std::string& val_pa
             const std::int64_t n = files.shards.back().n_tokens;
             files.tokens += n;
             // A file shorter than one window (a short last shard, say) gives none.
-            files.short_files += n < block_size + 1;
             files.window_ends.push_back((files.window_ends.empty() ? 0 : files.window_ends.back()) +
                                         std::max<std::int64_t>(0, n - block_size));
         }
@@ -496,8 +495,9 @@ std::string ShardData::describe() const {
         out << (s == Split::train ? ": training " : "; validation ") << f.shards.size()
             << (f.shards.size() == 1 ? " file" : " files") << " ('" << f.pattern << "'), "
             << count_text(f.tokens) << " tokens";
-        if (f.short_files)
-            out << " (" << f.short_files << " shorter than one window, so never drawn)";
+        const auto short_files = std::count_if(f.shards.begin(), f.shards.end(),
+                                               [&](const Shard& sh) { return sh.n_tokens <= block_size_; });
+        if (short_files) out << " (" << short_files << " shorter than one window, so never drawn)";
     }
     out << "; vocabulary " << vocab_.chars().substr(8, vocab_.chars().size() - 9)
         << " (ids checked in each batch)";

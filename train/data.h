@@ -183,7 +183,6 @@ private:
         std::vector<Shard> shards;
         std::vector<std::int64_t> window_ends;  // running count of windows, shard by shard
         std::int64_t tokens = 0;
-        std::int64_t short_files = 0;  // shorter than one window: never drawn
     };
     const Files& split(Split s) const { return s == Split::train ? train_ : val_; }
     TokenFormat format_;
