@@ -30,11 +30,13 @@
 #   | tar -x -C .nanogpt` of a fetched copy, then carry .nanogpt, which .gitignore ignores).
 #   ddp: several GPUs: the two-GPU test (tests/distributed_gpu.sh; DDP_TEST=0 skips it), then
 #   tokens/s on DDP_GPUS (default 1 2 4 8, those the machine has) for DDP_MODELS (default
-#   "baby gpt2"), fusegrad (bf16; DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off
-#   with f32 sums) and PyTorch DDP (bf16 autocast, f32 sums, torch.compile), each GPU with the
-#   one-GPU batch; the table by bench/scaling_report.py. With NANOGPT_DIR, GPT-2 small also by
-#   nanoGPT's own model.py under DDP + torch.compile (bench/nanogpt_gpt2.py under torchrun); each
-#   card's temperature and SM clock through the runs, a card in thermal slowdown named.
+#   "baby gpt2"; GPT-2 small at DDP_GPT2_BATCH x 1024 a GPU, default 16), fusegrad (bf16;
+#   DDP_VARIANTS, default ZeRO-1 off and on with bf16 sums, off with f32 sums) and PyTorch DDP
+#   (bench/train_torch.py: bf16 autocast, f32 sums, torch.compile), each GPU with the one-GPU
+#   batch; the table by bench/scaling_report.py. With NANOGPT_DIR, GPT-2 small is compared with
+#   nanoGPT's own model.py under DDP + torch.compile (bench/nanogpt_gpt2.py under torchrun)
+#   instead of bench/train_torch.py; each card's temperature and SM clock through the runs, a
+#   card in thermal slowdown named.
 #   phases: train.phase_times' GPU time of each phase of a GPT-2 small step, one GPU and several
 #   ranks, with PHASE_VARIANTS of the ranks' settings (see the step).
 #   gpt2text: GPT-2 small's architecture from scratch on the Shakespeare text's GPT-2 tokens
@@ -301,8 +303,8 @@ PY
                     cfg=configs/shakespeare_char.yaml per_gpu=64 steps=100
                     sets="--set data.path=$GPU_DATA/tinyshakespeare.txt"
                     tsets="--data $GPU_DATA/tinyshakespeare.txt"
-                else  # GPT-2 small, 16 x 1024 random tokens a GPU, 40 steps
-                    cfg=configs/gpt2_124m.yaml per_gpu=16 steps=40
+                else  # GPT-2 small, DDP_GPT2_BATCH (16) x 1024 random tokens a GPU, 40 steps
+                    cfg=configs/gpt2_124m.yaml per_gpu=${DDP_GPT2_BATCH:-16} steps=40
                     sets="--set data.kind=random_tokens --set train.grad_accum=1" tsets=$sets
                 fi
                 common="--set train.eval_interval=100000 --set train.checkpoint_interval=100000"
@@ -326,12 +328,6 @@ PY
                         echo "$(date +%T) fusegrad $name $model on $n GPU(s): $(grep -c '"ms"' \
                             "$dir/metrics.jsonl" 2>/dev/null) steps"
                     done
-                    PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
-                        bench/train_torch.py $cfg "$runs/torch-ddp-compile_${model}_$n" --mode bf16 --compile \
-                        --steps $steps --eval-iters 1 $tsets $common --set train.batch_size=$b \
-                        > "$runs/torch_${model}_$n.log" 2>&1 || { status=1; tail -5 "$runs/torch_${model}_$n.log"; }
-                    echo "$(date +%T) PyTorch DDP $model on $n GPU(s):" \
-                         "$(tail -1 "$runs/torch_${model}_$n.log")"
                     if [ "$model" = gpt2 ] && [ -n "${NANOGPT_DIR:-}" ]; then
                         # nanoGPT's own model.py under DDP + torch.compile: the anchor's figure.
                         PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone \
@@ -340,6 +336,15 @@ PY
                             > "$runs/nanogpt_${model}_$n.log" 2>&1 || status=1
                         echo "$(date +%T) nanoGPT model.py DDP $model on $n GPU(s):" \
                              "$(tail -1 "$runs/nanogpt_${model}_$n.log")"
+                    else  # the project's own harness (a parity tool) where no anchor is carried
+                        PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone \
+                            --nproc_per_node "$n" bench/train_torch.py $cfg \
+                            "$runs/torch-ddp-compile_${model}_$n" --mode bf16 --compile \
+                            --steps $steps --eval-iters 1 $tsets $common --set train.batch_size=$b \
+                            > "$runs/torch_${model}_$n.log" 2>&1 \
+                            || { status=1; tail -5 "$runs/torch_${model}_$n.log"; }
+                        echo "$(date +%T) PyTorch DDP $model on $n GPU(s):" \
+                             "$(tail -1 "$runs/torch_${model}_$n.log")"
                     fi
                 done
             done
