@@ -194,6 +194,13 @@ TEST_CASE("norm plans: the measured rules pick their kernels at docs/norms.md's 
     CHECK(bp.reduction == NormReduction::locked);
     CHECK(bp.blocks == 132 * 1024 / bp.layout.threads);  // B5: half the grid the GPU holds
     CHECK(bp.partial_rows == (bp.blocks + 1) / 2);       // B5: two blocks a partial row
+    // The launch asks the same rule for the grid occupancy lets it run.
+    CHECK(locked_partial_rows(bp.blocks, NormTuning::kAuto) == bp.partial_rows);
+    CHECK(locked_partial_rows(264, NormTuning::kAuto) == 132);
+    CHECK(locked_partial_rows(7, NormTuning::kAuto) == 4);
+    CHECK(locked_partial_rows(264, 33) == 33);
+    CHECK(locked_partial_rows(20, 33) == 20);  // at most one partial row a block
+    CHECK(locked_partial_rows(20, 0) == 1);
     CHECK(bp.staged.stages == 0);  // the locked strategy is never staged
     CHECK(bp.prefetch == 1);  // B6: several vectors a thread
     NormCall split = call(NormKind::layer, 4, 1024, 32768);
@@ -339,7 +346,9 @@ TEST_CASE("norm plans in words name the planned kernels, their shape and their r
     text = explain_plan(locked, d, t);
     CHECK_THAT(text, ContainsSubstring("dw / db strategy: locked (asked)"));
     CHECK_THAT(text, ContainsSubstring("partial rows: " + std::to_string(b.partial_rows) +
-                              " shared under locks, by two blocks each  [B5]"));
+                              " at most, shared under locks, by two blocks each  [B5]"));
+    CHECK_THAT(text, ContainsSubstring("grid: " + std::to_string(b.blocks) +
+                              " blocks at most (occupancy decides)"));
     // Long f32 rows over the L2 share: looped forward (F4, F5), split staged backward (B3).
     NormCall long_rows = call(NormKind::rms, 4, 1024, 32768);
     f = plan_forward(long_rows, d, t);

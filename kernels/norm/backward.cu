@@ -17,8 +17,9 @@
 //      cooperatively, then adds the partial rows itself after a grid-wide barrier
 //      (grid_column_sums, rule B7), with no second kernel. Elsewhere norm_backward_kernel holds
 //      its rows in registers and prefetches the next group into L2 (rule B6).
-//  (a) locked: the same kind of persistent grid (half the blocks an SM, rule B5); block b adds its
-//      sums into partial row b mod G (G: half the blocks, rule B5) while holding spin lock b mod G
+//  (a) locked: the same kind of persistent grid (half the threads an SM holds, and never more
+//      blocks than fit at once: rule B5); block b adds its sums into partial row b mod G (G: half
+//      the blocks, rule B5) while holding spin lock b mod G
 //      (the first writer stores, later ones add). Then the same column kernel adds the G rows. The
 //      order in which blocks take a lock varies, so the last bits of dw/db vary from run to run;
 //      the blocks finish together and queue on the locks, the deeper the smaller G.
@@ -619,17 +620,20 @@ BackwardPlan plan_for(const NormBackwardArgs& a) {
     return plan_backward(call, device, a.tuning ? *a.tuning : NormTuning{});
 }
 
-// Launches the main kernel; returns its number of blocks. Locked: plan.blocks (rule B5). Grid (b):
-// as many as fit on the device at once (occupancy, capped by plan.blocks), the P partial rows.
+// Launches the main kernel; returns the partial rows it wrote. Both strategies run as many
+// blocks as fit on the device at once (occupancy), at most plan.blocks: grid (b) one partial row
+// a block (P), locked (a) the G that rule B5 gives the grid it runs (a plan sized by threads
+// alone would give a kernel of many registers a second wave of blocks, which then queue on the
+// locks behind the first).
 template <typename T, typename W, int VEC, bool LAYER, bool LOCKED>
-unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
+int launch_backward(BackwardParams<T, W> p, const BackwardPlan& plan) {
     const RowLayout& l = plan.layout;
     const int prefetch = plan.prefetch;
     unsigned blocks = (unsigned)std::max(1LL, plan.blocks);
     auto size_grid = [&](const void* kernel) {
-        if (!LOCKED)
-            blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks,
-                                       plan.grid_threads_per_sm);
+        blocks = persistent_blocks(kernel, l.threads, plan.smem, plan.blocks,
+                                   plan.grid_threads_per_sm);
+        if (LOCKED) p.lock_rows = locked_partial_rows(blocks, plan.lock_rows);
     };
     if constexpr (!LOCKED && VEC > 1) {
         const StagedPlan& staged = plan.staged;
@@ -659,7 +663,7 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
                 else launch(items_tag, std::integral_constant<int, kAffineAny>{});
             });
             FG_LAUNCH_CHECK();
-            return blocks;
+            return (int)blocks;
         }
     }
     if (l.looped) {
@@ -680,17 +684,15 @@ unsigned launch_backward(const BackwardParams<T, W>& p, const BackwardPlan& plan
         with_items(l.items, launch);
     }
     FG_LAUNCH_CHECK();
-    return blocks;
+    return LOCKED ? p.lock_rows : (int)blocks;
 }
 
 // Returns the number of partial rows the main kernel wrote.
 template <typename T, typename W, int VEC, bool LAYER>
 int launch_backward_strategy(const BackwardParams<T, W>& p, const BackwardPlan& plan) {
-    if (plan.reduction == NormReduction::locked) {
-        launch_backward<T, W, VEC, LAYER, true>(p, plan);
-        return plan.partial_rows;
-    }
-    return (int)launch_backward<T, W, VEC, LAYER, false>(p, plan);
+    const bool locked = plan.reduction == NormReduction::locked;
+    return locked ? launch_backward<T, W, VEC, LAYER, true>(p, plan)
+                  : launch_backward<T, W, VEC, LAYER, false>(p, plan);
 }
 
 template <typename T, typename W>

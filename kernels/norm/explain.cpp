@@ -116,12 +116,10 @@ std::string explain_plan(const NormCall& c, const NormDevice& d, const NormTunin
     if (!b.partials) {
         line(o, "dw / db", "not asked for", "");
     } else {
-        line(o, "grid",
-             std::to_string(b.blocks) + (locked ? " blocks" : " blocks at most (occupancy decides)") +
-                 " striding over the row groups",
-             "");
+        line(o, "grid", std::to_string(b.blocks) + " blocks at most (occupancy decides) striding"
+                        " over the row groups", locked ? "B5" : "");
         line(o, "partial rows",
-             locked ? std::to_string(b.partial_rows) + " shared under locks" +
+             locked ? std::to_string(b.partial_rows) + " at most, shared under locks" +
                           (t.lock_rows == NormTuning::kAuto ? std::string(", by two blocks each")
                                                             : std::string(" (NormTuning::lock_rows)"))
                     : std::to_string(b.partial_rows) + " at most, one a block" +

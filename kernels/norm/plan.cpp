@@ -354,7 +354,8 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
     // dw / db in registers. Grid: the launch sizes P from occupancy; the workspace is sized for
     // the most it can be (split rows: P counts clusters, each one partial row).
     int threads_per_sm = std::min(t.grid_threads_per_sm, d.max_threads_per_sm);
-    // B5: locked, half the blocks an SM: fewer blocks finishing together, shorter lock queues.
+    // B5: locked, half the threads an SM: fewer blocks finishing together, shorter lock queues
+    // (the launch also keeps to the blocks that fit at once: backward.cu's launch_backward).
     if (plan.reduction == NormReduction::locked) threads_per_sm = std::max(1, threads_per_sm / 2);
     long long per_sm = std::max(1, threads_per_sm / l.threads);
     // Staged blocks are held back by shared memory first: an upper bound that ignores static
@@ -363,13 +364,9 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
         per_sm = std::min<long long>(per_sm,
                                      std::max<long long>(1, d.smem_per_sm / (long long)plan.smem));
     plan.blocks = std::max(1LL, std::min<long long>(groups, per_sm * d.sm_count / plan.staged.split));
-    plan.partial_rows = (int)plan.blocks;
-    // B5: locked, two blocks share each of the G partial rows (the blocks finish together, so
-    // every lock's queue is as deep as the blocks sharing it; one row an SM queued 8-16 deep).
-    if (plan.reduction == NormReduction::locked)
-        plan.partial_rows = (int)std::min<long long>(
-            plan.blocks, t.lock_rows == NormTuning::kAuto ? (plan.blocks + 1) / 2
-                                                          : std::max(1, t.lock_rows));
+    plan.lock_rows = t.lock_rows;
+    plan.partial_rows = plan.reduction == NormReduction::locked
+                            ? locked_partial_rows(plan.blocks, t.lock_rows) : (int)plan.blocks;
     if (plan.staged.stages == 0 && !l.looped && l.rows_per_block() > 1 && plan.partials)
         plan.smem = sizeof(float) * (std::size_t)l.rows_per_block() * (std::size_t)c.cols;
     // B7: the staged grid adds its own partial rows (cooperative launch; its stages hold the
@@ -383,6 +380,13 @@ BackwardPlan plan_backward(const NormCall& c, const NormDevice& d, const NormTun
     // B8: the usual module's weight (present, not zero-centred) as a constant, staged kernel.
     plan.plain_weight = t.usual_affine && c.weight && !c.zero_centered;
     return plan;
+}
+
+// B5: two blocks share each of the G partial rows (the blocks finish together, so every lock's
+// queue is as deep as the blocks sharing it; one row an SM queued 8-16 deep).
+int locked_partial_rows(long long blocks, int lock_rows) {
+    return (int)std::min<long long>(
+        blocks, lock_rows == NormTuning::kAuto ? (blocks + 1) / 2 : std::max(1, lock_rows));
 }
 
 std::size_t backward_workspace_bytes(const BackwardPlan& plan, long long cols) {

@@ -177,9 +177,14 @@ struct BackwardPlan {
     int prefetch = 0;        // register and looped kernels: row groups this many iterations ahead
     bool plain_weight = false;  // staged: a weight, not zero-centred (its own path)
     int grid_threads_per_sm = 2048;  // the persistent grid's cap (the tuning's)
+    int lock_rows = NormTuning::kAuto;  // locked: the tuning's G (locked_partial_rows)
 };
 BackwardPlan plan_backward(const NormCall& call, const NormDevice& device,
                            const NormTuning& tuning);
+// B5: strategy (a)'s G for a grid of `blocks`: two blocks a partial row, or the tuning's
+// `lock_rows`, at most one a block. The plan sizes the workspace for its own grid; the launch,
+// which may run fewer blocks (occupancy), asks again for the grid it runs.
+int locked_partial_rows(long long blocks, int lock_rows);
 // Bytes of workspace the plan's partial rows and locks take (0 without dw and db).
 std::size_t backward_workspace_bytes(const BackwardPlan& plan, long long cols);
 std::size_t round256(std::size_t bytes);
