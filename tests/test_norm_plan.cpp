@@ -109,7 +109,12 @@ void check_backward(const NormCall& c, const NormDevice& d, const BackwardPlan& 
         REQUIRE(p.layout.items * p.layout.vec <= kBackwardElems);
         REQUIRE(p.layout.tpr * p.layout.items * p.layout.vec >= c.cols);
     }
-    if (p.reduction == NormReduction::locked) REQUIRE(p.partial_rows <= std::max(1LL, p.blocks));
+    if (p.reduction == NormReduction::locked) {
+        REQUIRE(p.partial_rows <= std::max(1LL, p.blocks));
+        // The launch's G, for any grid occupancy leaves it, fits the plan's workspace.
+        for (long long b : {1LL, (p.blocks + 1) / 2, p.blocks})
+            REQUIRE(locked_partial_rows(b, p.lock_rows) <= p.partial_rows);
+    }
     if (p.grid_sums) REQUIRE(p.staged.stages > 0);
     const std::size_t ws = backward_workspace_bytes(p, c.cols);
     if (c.partials)
@@ -339,7 +344,7 @@ TEST_CASE("norm plans in words name the planned kernels, their shape and their r
     CHECK_THAT(text, ContainsSubstring("kernel: registers (norm_backward_kernel)"));
     CHECK_THAT(text, ContainsSubstring("layout: " + layout(b.layout) + " vector"));
     CHECK_THAT(text, ContainsSubstring("[B2]"));
-    // The locked strategy: a partial row an SM, shared under locks (B5).
+    // The locked strategy: G = half the blocks, two to a lock (B5).
     NormCall locked = call(NormKind::rms, 4, 8192, 4096);
     locked.reduction = NormReduction::locked;
     b = plan_backward(locked, d, t);

@@ -19,11 +19,11 @@
 //      its rows in registers and prefetches the next group into L2 (rule B6).
 //  (a) locked: the same kind of persistent grid (half the threads an SM holds, and never more
 //      blocks than fit at once: rule B5); block b adds its sums into partial row b mod G (G: half
-//      the blocks, rule B5) while holding spin lock b mod G
-//      (the first writer stores, later ones add). Then the same column kernel adds the G rows. The
-//      order in which blocks take a lock varies, so the last bits of dw/db vary from run to run;
-//      the blocks finish together and queue on the locks, the deeper the smaller G.
-//      (The looped kernel takes the lock for each row.)
+//      the blocks, rule B5) while holding spin lock b mod G (the first writer stores, later ones
+//      add). Then the same column kernel adds the G rows. The order in which blocks take a lock
+//      varies, so the last bits of dw/db vary from run to run; the blocks finish together and
+//      queue on the locks, the deeper the smaller G. (The looped kernel takes lock r mod G for
+//      each row r, and adds that row's sums into partial row r mod G.)
 //
 // Lock protocol: one thread spins on atomicCAS, __threadfence, __syncthreads, then all threads
 // read (bypassing L1: another SM wrote the row) and write; one thread marks the row written; then

@@ -168,8 +168,8 @@ struct BackwardPlan {
     RowLayout layout;
     bool vector_ok = false;
     NormReduction reduction = NormReduction::grid;
-    long long blocks = 0;    // grid size of the main kernel (grid: at most; occupancy decides)
-    int partial_rows = 0;    // R: G (locked), or the most P can be (grid)
+    long long blocks = 0;    // grid size of the main kernel, at most (occupancy decides)
+    int partial_rows = 0;    // R: the most G (locked) or P (grid) can be; the launch may use fewer
     std::size_t smem = 0;    // dynamic shared memory of the main kernel
     bool partials = false;   // dw or db wanted
     StagedPlan staged;       // stages > 0: the staged kernel (grid only); split > 1: clusters
