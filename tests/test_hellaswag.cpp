@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,7 @@ TEST_CASE("hellaswag: acc takes the lowest summed loss, acc_norm the lowest mean
 
 TEST_CASE("hellaswag: a long context is shortened to fit, an ending too long is an error",
           "[hellaswag]") {
-    // (Which end is kept this model cannot show: its logits ignore the context.)
+    // (Which end is kept this model cannot show: its logits ignore the context. The next case.)
     std::unique_ptr<GPT> model = known_model();
     // 30 characters of context and 3-token endings: 13 context tokens fit the block of 16.
     const std::string path = write_file("long",
@@ -94,6 +95,49 @@ TEST_CASE("hellaswag: a long context is shortened to fit, an ending too long is 
     CHECK_THROWS_WITH(
         cli::score_choices(*model, cli::read_hellaswag(too_long, 0, encode), Device::cpu),
         ContainsSubstring("an ending of example 1 is 21 tokens, but the model sees at most 16"));
+}
+
+TEST_CASE("hellaswag: a shortened context keeps its end", "[hellaswag]") {
+    // A model whose scores read the context: weights drawn with a spread large enough that
+    // attention moves the endings' losses. An example whose context is shortened to fit must pick
+    // the endings its context's last tokens alone pick, and (for some examples) not those its
+    // first tokens pick, which shows that the check can fail.
+    Generator init(7);
+    GPT model(test::small_gpt(8, 16, 1, 2, 8), init);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& [name, p] : model.named_parameters())
+        for (std::int64_t k = 0; k < p->numel(); ++k) p->data<float>()[k] = normal(rng);
+    model.train(false);
+    // The endings acc and acc_norm pick: scored once a label, the right one is the pick.
+    const auto picks = [&](cli::ChoiceExample ex) {
+        std::pair<int, int> picked{-1, -1};
+        for (int label = 0; label < static_cast<int>(ex.endings.size()); ++label) {
+            ex.label = label;
+            const cli::ChoiceScore s = cli::score_choices(model, {ex}, Device::cpu);
+            if (s.correct) picked.first = label;
+            if (s.correct_norm) picked.second = label;
+        }
+        return picked;
+    };
+    std::uniform_int_distribution<int> token(0, 3);
+    int start_differs = 0;
+    for (int trial = 0; trial < 40; ++trial) {
+        cli::ChoiceExample ex;  // 30 context tokens, endings of 2 or 3: 13 context tokens fit
+        for (int k = 0; k < 30; ++k) ex.context.push_back(token(rng));
+        for (int e = 0; e < 4; ++e) {
+            ex.endings.push_back({0});  // the leading space
+            for (int k = 0; k < 1 + e % 2; ++k) ex.endings.back().push_back(token(rng));
+        }
+        cli::ChoiceExample end = ex, start = ex;
+        end.context.erase(end.context.begin(), end.context.end() - 13);
+        start.context.resize(13);
+        INFO("trial " << trial);
+        REQUIRE(cli::score_choices(model, {ex}, Device::cpu).shortened == 1);
+        CHECK(picks(ex) == picks(end));
+        start_differs += picks(ex) != picks(start);
+    }
+    CHECK(start_differs > 0);
 }
 
 TEST_CASE("hellaswag: a line that is not an example is named", "[hellaswag]") {
