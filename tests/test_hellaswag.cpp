@@ -2,7 +2,8 @@
 // is known: all weights zero but the final norm's bias and one row of the token embedding, so
 // that every position's logits are the same, `s` for token 'a' and 0 for the others. A token 'a'
 // then costs about 7 e^-s nats, any other about s: each ending's summed and mean loss, and so
-// which ending acc and acc_norm pick, follow from its letters.
+// which ending acc and acc_norm pick, follow from its letters. Which end of a long context is
+// kept needs a model whose scores read the context: one of random weights, compared with itself.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
