@@ -30,10 +30,6 @@ std::vector<Tensor*> Module::parameters() {
     return out;
 }
 
-void Module::zero_grad() {
-    for (Tensor* p : parameters()) p->zero_grad();
-}
-
 void Module::to(DType dtype) {
     NoGradGuard no_grad;
     for (Tensor* p : parameters()) {

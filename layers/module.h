@@ -1,6 +1,6 @@
 // layers/module.h: Module, the base of every layer: named parameters (nanoGPT-style dotted names
-// such as "ln_1.weight"), sub-modules, casting the parameters, train/eval mode, zero_grad, and apply
-// (a visit of every module of the tree, to configure the layers of a built model).
+// such as "ln_1.weight"), sub-modules, casting the parameters, train/eval mode, and apply (a visit
+// of every module of the tree, to configure the layers of a built model).
 #pragma once
 
 #include <functional>
@@ -22,7 +22,6 @@ public:
     // Parameters of this module and its children, depth first, named "child.param".
     std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
     std::vector<Tensor*> parameters();
-    void zero_grad();
     // Casts every parameter, kept as a leaf that requires grad as before (e.g. to f64 for
     // gradient checks on the CPU).
     void to(DType dtype);
