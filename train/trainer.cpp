@@ -193,18 +193,11 @@ void Trainer::trim_metrics() {
         // step after the checkpoint (whose lines were complete before it was committed): dropped.
         // (Or a line of an older fusegrad that printed a non-finite number, which JSON cannot
         // hold and plot.cpp skips too.)
-        if (j.is_discarded()) {
-            dropped = true;
-            continue;
-        }
-        const std::int64_t step = j.is_object() && j.contains("step") && j["step"].is_number()
-                                      ? j["step"].get<std::int64_t>()
-                                      : 0;
-        if (step > step_) {
-            dropped = true;
-            continue;
-        }
-        kept += line + "\n";
+        const bool later = j.is_discarded() || (j.is_object() && j.contains("step") &&
+                                                 j["step"].is_number() &&
+                                                 j["step"].get<std::int64_t>() > step_);
+        if (later) dropped = true;
+        else kept += line + "\n";
     }
     if (dropped) write_file_durably(path.string(), kept);
 }
