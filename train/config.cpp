@@ -302,16 +302,13 @@ public:
         }
         std::set<std::string> seen;
         for (auto it = root.begin(); it != root.end(); ++it) {
-            std::string name = it->first.Scalar();
-            if (std::find(kSections.begin(), kSections.end(), name) == kSections.end()) {
+            const std::string name = it->first.Scalar();
+            if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
                 error(it->first.Mark(), name, "unknown section" + suggestion(name, kSections));
-                continue;
-            }
-            if (!seen.insert(name).second) {
+            else if (!seen.insert(name).second)
                 error(it->first.Mark(), name, "duplicate section");
-                continue;
-            }
-            read_section(c, name, it->second);
+            else
+                read_section(c, name, it->second);
         }
     }
 
@@ -323,13 +320,9 @@ public:
         }
         std::set<std::string> seen;
         for (auto it = node.begin(); it != node.end(); ++it) {
-            std::string key = it->first.Scalar();
-            std::string path = section + "." + key;
-            if (!seen.insert(key).second) {
-                error(it->first.Mark(), path, "duplicate key");
-                continue;
-            }
-            set(c, section, key, it->second, it->first.Mark());
+            const std::string key = it->first.Scalar();
+            if (seen.insert(key).second) set(c, section, key, it->second, it->first.Mark());
+            else error(it->first.Mark(), section + "." + key, "duplicate key");
         }
     }
 
