@@ -178,16 +178,10 @@ void SGD::step(double lr, const Tensor& grad_scale) {
         if (grad_scale.defined()) g = mul(g, cast(grad_scale, g.dtype()));
         if (opt_.weight_decay > 0) g = add(g, scale(p, opt_.weight_decay));
         if (opt_.momentum > 0) {
-            if (!buf_[i].defined()) {
-                buf_[i] = g.clone();
-            } else {
-                buf_[i] = scale(buf_[i], opt_.momentum);
-                add_(buf_[i], g);
-            }
+            buf_[i] = buf_[i].defined() ? add(scale(buf_[i], opt_.momentum), g) : g.clone();
             g = buf_[i];
         }
-        Tensor update = scale(g, -lr);
-        add_(p, update);
+        add_(p, scale(g, -lr));
     }
 }
 
