@@ -16,21 +16,6 @@
 namespace fg {
 namespace ops_detail {
 
-Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
-    std::size_t n = std::max(a.size(), b.size());
-    Shape out(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
-        std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-        FG_CHECK(da == db || da == 1 || db == 1, op, "shapes ", shape_str(a), " and ",
-                 shape_str(b), " do not broadcast (dim ", i, ": ", da, " vs ", db, ")");
-        out[i] = da == 1 ? db : da;  // a 1 stretches to the other size, even to 0
-    }
-    broadcast_layout(op, a, out);
-    broadcast_layout(op, b, out);
-    return out;
-}
-
 BroadcastLayout broadcast_layout(const char* op, const Shape& in, const Shape& out) {
     std::size_t n = out.size(), pad = n - in.size();
     auto dim_of = [&](std::size_t i) { return i < pad ? std::int64_t{1} : in[i - pad]; };
@@ -151,6 +136,23 @@ void binary_into(const char* op_name, BinaryOp op, const Tensor& a, const Tensor
             binary_forward_cpu(op, pa, la, pb, lb, dst, n);
         });
     }
+}
+
+// The output shape of broadcasting a with b (NumPy rules, plus the block restriction of
+// broadcast_layout).
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+    std::size_t n = std::max(a.size(), b.size());
+    Shape out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+        std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+        FG_CHECK(da == db || da == 1 || db == 1, op, "shapes ", shape_str(a), " and ",
+                 shape_str(b), " do not broadcast (dim ", i, ": ", da, " vs ", db, ")");
+        out[i] = da == 1 ? db : da;  // a 1 stretches to the other size, even to 0
+    }
+    broadcast_layout(op, a, out);
+    broadcast_layout(op, b, out);
+    return out;
 }
 
 Tensor binary_raw(const char* op_name, BinaryOp op, const Tensor& a, const Tensor& b) {

@@ -112,8 +112,6 @@ struct BroadcastLayout {
     std::int64_t outer = 1;  // product of out's dims before the block
 };
 BroadcastLayout broadcast_layout(const char* op, const Shape& in, const Shape& out);
-// The output shape of broadcasting a with b (NumPy rules, plus the block restriction above).
-Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 // Not recorded: the gradient g * gelu'(x) of gelu's input (ops/activation.cpp).
 Tensor gelu_backward(const Tensor& x, const Tensor& g, GeluForm form);
 // Not recorded: sums g (of shape out) down to shape `to` (the reverse of broadcasting).
