@@ -260,13 +260,6 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 const std::vector<std::string> kSections{"model", "data", "optim", "train", "kernels"};
 
-std::vector<std::string> keys_of(const std::string& section) {
-    std::vector<std::string> keys;
-    for (const Field& f : schema())
-        if (f.section == section) keys.push_back(f.key);
-    return keys;
-}
-
 std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
     const auto best = std::min_element(known.begin(), known.end(), [&](auto& a, auto& b) {
         return edit_distance(key, a) < edit_distance(key, b);
@@ -345,7 +338,10 @@ public:
             if (!why.empty()) error(value.Mark().is_null() ? mark : value.Mark(), path, why);
             return;
         }
-        error(mark, path, "unknown key" + suggestion(key, keys_of(section)));
+        std::vector<std::string> keys;  // the section's, for the suggestion
+        for (const Field& f : schema())
+            if (f.section == section) keys.push_back(f.key);
+        error(mark, path, "unknown key" + suggestion(key, keys));
     }
 
     // key.path=value from the command line.
