@@ -189,14 +189,14 @@ void Trainer::trim_metrics() {
     bool dropped = false;
     while (std::getline(in, line)) {
         const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        // A line that is not JSON was cut short by a kill while it was written, so it is of a
-        // step after the checkpoint (whose lines were complete before it was committed): dropped.
-        // (Or a line of an older fusegrad that printed a non-finite number, which JSON cannot
-        // hold and plot.cpp skips too.)
-        const bool later = j.is_discarded() || (j.is_object() && j.contains("step") &&
-                                                 j["step"].is_number() &&
-                                                 j["step"].get<std::int64_t>() > step_);
-        if (later) dropped = true;
+        // Dropped: a line of a step after the checkpoint, and a line that is not JSON, cut short
+        // by a kill while it was written, so also of such a step (the checkpoint's lines were
+        // complete before it was committed). (Or a line of an older fusegrad that printed a
+        // non-finite number, which JSON cannot hold and plot.cpp skips too.)
+        const bool drop = j.is_discarded() || (j.is_object() && j.contains("step") &&
+                                                j["step"].is_number() &&
+                                                j["step"].get<std::int64_t>() > step_);
+        if (drop) dropped = true;
         else kept += line + "\n";
     }
     if (dropped) write_file_durably(path.string(), kept);
