@@ -366,10 +366,11 @@ if not cards:
 for i, s in sorted(cards.items()):
     thermal = sum(1 for _, _, r in s if r & 0x60)  # 0x20 software, 0x40 hardware thermal slowdown
     busy = [mhz for _, mhz, r in s if not r & 0x1] or [0]  # 0x1: the card was idle
-    print("GPU %d: %d samples, up to %d C, SM clock %d-%d MHz while busy%s" % (
-        i, len(s), max(t for t, _, _ in s), min(busy), max(busy),
-        ", THERMAL SLOWDOWN in %d samples: its ranks' figures are bounded by it" % thermal
-        if thermal else ""))
+    capped = sum(1 for _, _, r in s if not r & 0x1 and r & 0x4)  # 0x4: held to its power cap
+    print("GPU %d: %d samples, up to %d C, SM clock %d-%d MHz while busy (at its power cap in %d "
+          "of those)%s" % (i, len(s), max(t for t, _, _ in s), min(busy), max(busy), capped,
+                           ", THERMAL SLOWDOWN in %d samples: its ranks' figures are bounded by "
+                           "it" % thermal if thermal else ""))
 PY
             (cd "$runs" && tar czf "$out/ddp_runs.tar.gz" --exclude='*.safetensors' .)
             ;;&
