@@ -34,7 +34,7 @@
 #include "scale/scale_wing.h"
 #include "text/gpt2_bpe.h"
 #include "train/config.h"
-#include "train/plot.h"
+#include "plot.h"
 #include "train/trainer.h"
 
 namespace {
@@ -126,6 +126,11 @@ int train(const TrainArgs& a, const std::vector<std::string>& args) {
     g_progress_bar = isatty(STDOUT_FILENO) == 1;
     trainer->set_progress_bar(g_progress_bar);
     trainer->run(a.max_steps);
+    if (trainer->writer()) {  // the run's loss curves, its whole history when it was resumed
+        const std::string& dir = trainer->run_dir();
+        fg::write_loss_curves({{"", dir + "/metrics.jsonl"}}, dir + "/loss_curve.svg",
+                              "fusegrad: " + dir);
+    }
     return fg::Trainer::stop_requested() ? 130 : 0;
 }
 

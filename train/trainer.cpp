@@ -21,7 +21,6 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "models/gpt_memory.h"
-#include "plot.h"
 #include "progress.h"
 #include "checkpoint.h"
 #include "safetensors.h"
@@ -192,7 +191,7 @@ void Trainer::trim_metrics() {
         // Dropped: a line of a step after the checkpoint, and a line that is not JSON, cut short
         // by a kill while it was written, so also of such a step (the checkpoint's lines were
         // complete before it was committed). (Or a line of an older fusegrad that printed a
-        // non-finite number, which JSON cannot hold and plot.cpp skips too.)
+        // non-finite number, which JSON cannot hold and the loss curves skip too.)
         const bool drop = j.is_discarded() || (j.is_object() && j.contains("step") &&
                                                 j["step"].is_number() &&
                                                 j["step"].get<std::int64_t>() > step_);
@@ -606,9 +605,6 @@ void Trainer::run(std::int64_t stop_at) {
     if (progress_bar_) log_ << clear_bar;
     wing_->run_end(log_, step_);
     if (saved_step_ != step_) save_checkpoint();  // unless the loop just saved this step
-    if (writer())
-        write_loss_curves({{"", (fs::path(dir_) / "metrics.jsonl").string()}},
-                          (fs::path(dir_) / "loss_curve.svg").string(), "fusegrad: " + dir_);
     if (should_stop()) log_ << "stopped at step " << step_ << "; checkpoint saved in " << dir_ << "\n";
 }
 

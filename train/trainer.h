@@ -56,6 +56,9 @@ public:
     std::int64_t step() const { return step_; }
     const std::vector<double>& losses() const { return losses_; }  // training loss of each step
     GPT& model() { return *model_; }
+    const std::string& run_dir() const { return dir_; }
+    // Several ranks (train/wing.h): rank 0 alone writes the run directory and the log.
+    bool writer() const { return wing_->rank() == 0; }
 
     // Set from a SIGINT handler: finish the current step, save, return from run().
     static void request_stop();
@@ -81,8 +84,6 @@ private:
     // finite (the last checkpoint stays the last good state).
     void check_finite(std::int64_t step, double loss, double norm) const;
     void log_metrics(const std::string& json_line);
-    // Several ranks (train/wing.h): rank 0 alone writes the run directory and the log.
-    bool writer() const { return wing_->rank() == 0; }
     // Whether the loop stops now: a stop request; with several ranks, one the ranks agreed on at
     // the last step (so that all of them stop after the same step).
     bool should_stop() const { return wing_->world_size() > 1 ? stop_agreed_ : stop_requested(); }

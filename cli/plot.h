@@ -1,4 +1,4 @@
-// train/plot.h: loss curves as an SVG picture: training loss at every step and validation loss at
+// cli/plot.h: loss curves as an SVG picture: training loss at every step and validation loss at
 // every evaluation, read from metrics.jsonl files (so a resumed run's picture covers its whole
 // history). Several runs share one pair of axes, each in its own colour (`fusegrad plot`).
 #pragma once

@@ -1,4 +1,4 @@
-// train/plot.cpp: see plot.h. Plain SVG: polylines on linear axes with a few labelled ticks; per
+// cli/plot.cpp: see plot.h. Plain SVG: polylines on linear axes with a few labelled ticks; per
 // run a thin line for the training loss and a thick one with dots for the validation loss.
 #include "plot.h"
 
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <vector>
 
-#include "checkpoint.h"
+#include "train/checkpoint.h"
 #include "core/error.h"
 
 namespace fg {
