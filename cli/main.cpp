@@ -25,16 +25,16 @@
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "demo.h"
-#include "kernels/norm/explain.h"
 #include "hellaswag.h"
 #include "hf_gpt2.h"
 #include "launch_ranks.h"
+#include "norm_plan.h"
+#include "plot.h"
 #include "prepare.h"
 #include "scale/scale_backend.h"
 #include "scale/scale_wing.h"
 #include "text/gpt2_bpe.h"
 #include "train/config.h"
-#include "plot.h"
 #include "train/trainer.h"
 
 namespace {
@@ -297,7 +297,7 @@ struct NormPlanArgs {
     std::string misaligned = "no", reduction = "auto";
 };
 
-// `fusegrad norm-plan`: kernels/norm/explain.h's account of one call's plan.
+// `fusegrad norm-plan`: norm_plan.h's account of one call's plan.
 int norm_plan(const NormPlanArgs& a) {
     namespace np = fg::kernels::norm_plan;
     using fg::kernels::NormKind;

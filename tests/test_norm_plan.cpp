@@ -3,14 +3,14 @@
 // tuning's overrides, and, over a sweep of shapes, types, options and tunings, that no plan asks
 // a kernel for more than it is built for (values a thread, threads a block, shared memory,
 // cluster sizes, second-pass batches) or sizes a workspace too small for its partial rows; and
-// the plan in words (kernels/norm/explain.h) against the plans themselves.
+// the plan in words (cli/norm_plan.h) against the plans themselves.
 #include "catch.h"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "kernels/norm/explain.h"
+#include "cli/norm_plan.h"
 #include "kernels/norm/plan.h"
 
 using namespace fg::kernels;

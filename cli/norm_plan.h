@@ -1,4 +1,4 @@
-// kernels/norm/explain.h: a norm call's plan in words, for people: `fusegrad norm-plan` prints
+// cli/norm_plan.h: a norm call's plan in words, for people: `fusegrad norm-plan` prints
 // it for any shape on a machine without a GPU, and docs/norms.md shows it. Host code only.
 #pragma once
 

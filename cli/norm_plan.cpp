@@ -1,8 +1,8 @@
-// kernels/norm/explain.cpp: the plan of one norm call in words (explain.h): which kernel runs
+// cli/norm_plan.cpp: the plan of one norm call in words (norm_plan.h): which kernel runs
 // each way, how its rows are laid over threads, blocks, stages and clusters, the dw / db strategy
 // and its workspace, each line with the ids of the rules behind it (docs/norms.md's "Tuning
 // rules"). Host code only, so it runs on a machine without a GPU (`fusegrad norm-plan`).
-#include "explain.h"
+#include "norm_plan.h"
 
 #include <sstream>
 #include <stdexcept>
