@@ -12,7 +12,8 @@
 // mfu and mfu_6lct (on a GPU of known peak: PaLM's count and llm.c's, progress.h) and
 // peak_mem_mib (on a GPU); per evaluation step, train_loss,
 // val_loss, then accuracy (addition); numbers rounded to a few places, a non-finite one written
-// as null) and loss_curve.svg (train and validation loss against steps).
+// as null) and loss_curve.svg (train and validation loss against steps, drawn from metrics.jsonl
+// by the command once the trainer returns).
 //
 // Reproducibility: every random draw (init, data, dropout) comes from generators seeded by
 // train.seed whose offsets are saved, so a resumed run on the CPU continues with bitwise the same
