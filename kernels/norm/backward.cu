@@ -89,10 +89,10 @@ __device__ __forceinline__ void release_partial_row(int* locks, int* written, in
     if (threadIdx.x == 0) atomicExch(&locks[gi], 0);
 }
 
-// Adds (or, for the first writer, stores) v into partial-row elements that other SMs also write:
-// L2 only (ld.global.cg / st.global.cg), never a stale L1 line.
-// VEC consecutive elements at ptr (aligned as VEC floats): one at a time when VEC is 1, else in
-// 16-byte quads (a quarter of the L2 requests).
+// Adds v[0..VEC) into the VEC partial-row elements at ptr (aligned as VEC floats), which other
+// SMs also write; the first writer stores v (in quads, 0 + v: the same value, -0 stored as +0).
+// L2 only (ld.global.cg / st.global.cg), never a stale L1 line; one element at a time when VEC
+// is 1, else in 16-byte quads (a quarter of the L2 requests).
 template <int VEC>
 __device__ __forceinline__ void locked_add(float* ptr, const float* v, bool first) {
     if constexpr (VEC == 1) {
