@@ -4,8 +4,8 @@
 # core and norm benchmarks beside PyTorch, the parity tests and compute-sanitizer), and writes
 # logs under $OUT (or ./gpu-out). Usage:
 #   scripts/gpu_check.sh [tests|bench|gemm|attention|norm|ladder|sanitize|parity|shakespeare|seeds|
-#                         gpt2|gpt2text|breakdown|norm-profile|nanogpt|ddp|phases|python|models|
-#                         overhead|all|build-only]...
+#                         gpt2|gpt2text|breakdown|trace|norm-profile|nanogpt|ddp|phases|python|
+#                         models|overhead|all|build-only]...
 #   build-only: the build alone. An unknown step name is refused before the build.
 #   GPU_DEADLINE=S: steps that would start more than S seconds after the build are skipped (and
 #   the call exits 1); more than 8 files under $OUT are packed into $OUT/logs.tgz (the device
@@ -13,7 +13,9 @@
 #   tests: the whole ctest suite, or with GPU_TEST_FILTER (a Catch2 filter, e.g. "[attention]")
 #   only those cases of fg_gpu_tests (the whole GPU suite takes over 5 minutes);
 #   gpt2: GPT-2 small on random tokens, fusegrad (captured and eager step) and torch.compile;
-#   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute).
+#   breakdown: per-kernel times of a GPT-2 small step (Nsight Compute, each kernel alone).
+#   trace: per-kernel times of GPT-2 small's step as it runs (bench/kernel_trace.cpp), beside
+#   nanoGPT's with NANOGPT_DIR; TRACE_BATCHES more batches than 16.
 #   norm-profile: Nsight Compute on the tuned norm kernels at 16384 x 384 and 768 (see the step).
 #   ladder: bench_norm --kernel ladder (LADDER_FLAGS: more of its flags, e.g. --dtype bf16).
 #   python: the PyTorch package's tests (scripts/test_python.sh), GPU tests required;
@@ -61,7 +63,7 @@ fi
 mkdir -p "$out"
 what=${*:-all}
 known="tests bench gemm attention norm ladder sanitize parity shakespeare seeds gpt2 gpt2text
-       breakdown norm-profile nanogpt ddp phases python models overhead all build-only"
+       breakdown trace norm-profile nanogpt ddp phases python models overhead all build-only"
 for step in $what; do
     case " $(echo $known) " in
         *" $step "*) ;;
@@ -236,6 +238,53 @@ PY
             # AdamW: one launch a kMaxTensorsPerLaunch (24) of GPT-2's 148 parameter tensors.
             python3 bench/kernel_times.py "$out/breakdown.csv" --top 30 --per-step-kernel adamw_kernel \
                 --per-step-count 7 | tee "$out/breakdown.md"
+            ;;&
+        trace)
+            # In-run kernel times: GPT-2 small's captured step on random tokens at 16 x 1024 (and
+            # TRACE_BATCHES more, e.g. "64"), 60 steps, under libfg_kernel_trace.so (a CUPTI
+            # injection library: every kernel timed as it runs, graphs included, at the clock the
+            # card holds while busy), and with NANOGPT_DIR nanoGPT's compiled step at the same
+            # batches (bench/nanogpt_gpt2.py, 50 steps) under the same library; the card's SM
+            # clock, power and throttle reasons sampled alongside (trace_clocks.csv). The
+            # window: steps 21-50 (fusegrad) and 21-45 (nanoGPT), told apart by a kernel that
+            # runs once a step (TRACE_NANOGPT_MARKER: Inductor's name for nanoGPT's loss kernel).
+            lib=$PWD/build-gpu/bench/libfg_kernel_trace.so
+            nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit,temperature.gpu,clocks_event_reasons.active \
+                --format=csv,noheader -lms 250 > "$out/trace_clocks.csv" 2>&1 &
+            sampler=$!
+            for b in 16 ${TRACE_BATCHES:-}; do
+                dir=/tmp/fg-trace-$b && rm -rf "$dir"
+                FG_KERNEL_TRACE_OUT=$dir.txt CUDA_INJECTION64_PATH=$lib build-gpu/bin/fusegrad train \
+                    configs/gpt2_124m.yaml --set data.kind=random_tokens --set train.grad_accum=1 \
+                    --set train.eval_interval=100000 --set train.checkpoint_interval=100000 \
+                    --set train.batch_size="$b" --set train.out_dir="$dir" --max-steps 60 \
+                    > "$out/trace_fusegrad_$b.log" 2>&1 || status=1
+                python3 bench/kernel_trace_report.py "$dir.txt" --marker cross_entropy_rows_kernel \
+                    --skip 20 --steps 30 --label "fusegrad, $b x 1024" | tee "$out/trace_fusegrad_$b.md" || status=1
+                if [ -n "${NANOGPT_DIR:-}" ]; then
+                    FG_KERNEL_TRACE_OUT=/tmp/nanogpt-trace-$b.txt CUDA_INJECTION64_PATH=$lib \
+                        python3 bench/nanogpt_gpt2.py "$NANOGPT_DIR" --batch "$b" --steps 50 \
+                        > "$out/trace_nanogpt_$b.log" 2>&1 || status=1
+                    tail -1 "$out/trace_nanogpt_$b.log"
+                    python3 bench/kernel_trace_report.py /tmp/nanogpt-trace-$b.txt --skip 20 --steps 25 \
+                        --marker "${TRACE_NANOGPT_MARKER:-prepare_softmax_online}" \
+                        --label "nanoGPT model.py, $b x 1024" | tee "$out/trace_nanogpt_$b.md" || status=1
+                fi
+            done
+            kill "$sampler"
+            # While the card drew more than 300 W: its SM clock and power, and how often it was
+            # held below its clock by the power cap (throttle reason bit 0x4).
+            python3 - "$out/trace_clocks.csv" <<'PY' || status=1
+import csv, statistics, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) == 6 and "W" in r[2]]
+busy = [r for r in rows if float(r[2].split()[0]) > 300]
+if busy:
+    mhz = [float(r[1].split()[0]) for r in busy]
+    print("card busy (> 300 W): %d samples, SM clock median %.0f MHz (%.0f-%.0f), power median %.0f W "
+          "of %s, power-capped in %.0f%%" % (len(busy), statistics.median(mhz), min(mhz), max(mhz),
+          statistics.median(float(r[2].split()[0]) for r in busy), busy[0][3].strip(),
+          100 * sum(int(r[5], 16) & 4 != 0 for r in busy) / len(busy)))
+PY
             ;;&
         nanogpt)
             if [ -z "${NANOGPT_DIR:-}" ]; then

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""bench/kernel_trace_report.py: a training step's kernels as they ran, from the file
+libfg_kernel_trace.so wrote (bench/kernel_trace.cpp).
+
+The window is whole steps: from the end of the SKIP-th launch of the marker kernel (one that runs
+once a step: fusegrad's cross_entropy_rows_kernel, nanoGPT's compiled log-softmax kernel) to the
+end of the (SKIP + STEPS)-th. Prints per step the window's wall time, the time the GPU ran at
+least one kernel, the kernels' summed time, their time by kind (matrix products, attention,
+norms, ...; names of fusegrad's kernels, cuBLAS / cuBLASLt, cuDNN and Triton's fused kernels
+alike) and the longest kernels.
+
+usage: kernel_trace_report.py TRACE --marker NAME [--skip 20] [--steps 20] [--top 25] [--label L]
+"""
+import argparse
+import collections
+import subprocess
+
+KINDS = [  # (kind, substrings of the lower-cased name), the first match wins
+    ("attention", ("sdpa", "cudnn", "flash", "fmha")),
+    ("matrix products", ("gemm", "xmma", "nvjet", "cutlass", "splitkreduce")),
+    ("optimizer, gradient norm", ("adam", "multi_tensor", "sum_squares", "lpnorm")),
+    ("norms", ("norm_", "layer_norm")),
+    ("cross-entropy", ("cross_entropy", "log_softmax", "nll")),
+    ("GELU (separate kernels)", ("gelu",)),
+    ("column sums (bias gradients)", ("column_chunk", "sum")),
+    ("casts", ("cast_kernel", "to_copy")),
+]
+
+
+def kind_of(name):
+    lower = name.lower()
+    for kind, keys in KINDS:
+        if any(k in lower for k in keys):
+            return kind
+    return "other"
+
+
+def demangled(names):
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+        return dict(zip(names, out))
+    except (OSError, subprocess.CalledProcessError):
+        return {n: n for n in names}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--marker", required=True)
+    ap.add_argument("--skip", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    kernels = []
+    for line in open(a.trace):
+        start, end, name = line.rstrip("\n").split(" ", 2)
+        kernels.append((int(start), int(end), name))
+    kernels.sort()
+    marks = [k for k in kernels if a.marker in k[2]]
+    if len(marks) <= a.skip + a.steps:
+        raise SystemExit(f"{a.trace}: {len(marks)} launches of a kernel named like '{a.marker}', "
+                         f"fewer than --skip + --steps + 1 = {a.skip + a.steps + 1}")
+    lo, hi = marks[a.skip][1], marks[a.skip + a.steps][1]
+    window = [k for k in kernels if lo < k[0] <= hi]
+    names = demangled(sorted({k[2] for k in window}))
+    time, launches = collections.Counter(), collections.Counter()
+    busy, covered = 0, lo
+    for start, end, name in window:
+        time[names[name]] += end - start
+        launches[names[name]] += 1
+        if end > covered:
+            busy += end - max(start, covered)
+            covered = end
+    summed = sum(time.values())
+    per_step = lambda ns: ns / a.steps / 1e6  # noqa: E731
+    print(f"{a.label or a.trace}: {a.steps} steps; a step: {per_step(hi - lo):.2f} ms wall, "
+          f"GPU busy {per_step(busy):.2f} ms, kernels summed {per_step(summed):.2f} ms, "
+          f"{len(window) / a.steps:.0f} kernels")
+    by_kind = collections.Counter()
+    for name, ns in time.items():
+        by_kind[kind_of(name)] += ns
+    for kind, ns in by_kind.most_common():
+        print(f"  {kind:30s} {per_step(ns):8.3f} ms  {100 * ns / summed:5.1f}%")
+    print("  the longest kernels (ms a step, launches a step, name):")
+    for name, ns in time.most_common(a.top):
+        print(f"  {per_step(ns):8.3f} {launches[name] / a.steps:6.1f}  {name[:140]}")
+
+
+if __name__ == "__main__":
+    main()
