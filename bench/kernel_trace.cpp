@@ -1,22 +1,28 @@
 // bench/kernel_trace.cpp: libfg_kernel_trace.so, a CUPTI injection library that records the GPU
 // start and end of every kernel a process runs, as it runs them: kernels inside CUDA graphs
 // included, nothing serialised or replayed. Nsight Compute (bench/kernel_times.py) times each
-// kernel alone, at whatever clock the card holds between kernels; a training step that keeps the
-// card busy may run at a lower clock (its power limit), and this library sees that. Any CUDA
-// process can be traced this way, fusegrad's trainer and a PyTorch script alike, so the two are
-// timed by one tool.
+// kernel alone, at whatever clock the card holds between kernels, with the caches flushed; this
+// library sees the kernels inside the step, at the clock the busy card holds. Any CUDA process can
+// be traced this way, fusegrad's trainer and a PyTorch script alike, so the two are timed by one
+// tool.
 //
 // usage: FG_KERNEL_TRACE_OUT=FILE CUDA_INJECTION64_PATH=/path/to/libfg_kernel_trace.so PROGRAM ...
 // FILE gets one line a kernel, "start_ns end_ns mangled_name", in the order CUPTI hands them over
-// (not sorted); bench/kernel_trace_report.py sums them over whole training steps.
+// (not sorted); bench/kernel_trace_report.py sums them over whole training steps. Only the
+// process started this way is traced: the library takes CUDA_INJECTION64_PATH out of the
+// environment, so the processes it starts (compile workers) neither load it nor rewrite FILE.
+// Records CUPTI dropped or left incomplete are counted on stderr at exit.
 #include <cupti.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 namespace {
 
-FILE* trace_file = nullptr;
+std::mutex guard;             // the buffer callback runs on CUPTI's thread
+FILE* trace_file = nullptr;   // under guard
+unsigned long long dropped = 0, incomplete = 0;  // under guard
 
 void report(const char* what, CUptiResult result) {
     if (result == CUPTI_SUCCESS) return;
@@ -32,20 +38,36 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
     *max_records = 0;  // as many as fit
 }
 
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t,
+                               size_t valid) {
+    std::lock_guard<std::mutex> lock(guard);
     CUpti_Activity* record = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    CUptiResult status;
+    while ((status = cuptiActivityGetNextRecord(buffer, valid, &record)) == CUPTI_SUCCESS) {
         if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || !trace_file) continue;
-        // The record layout of the CUPTI this library was built with (the CUDA 13 headers).
+        // The record layout of the CUPTI this library was built with (checked at start).
         const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        if (kernel->start == 0 || kernel->end < kernel->start) {
+            ++incomplete;
+            continue;
+        }
         std::fprintf(trace_file, "%llu %llu %s\n", static_cast<unsigned long long>(kernel->start),
                      static_cast<unsigned long long>(kernel->end), kernel->name);
     }
+    if (status != CUPTI_ERROR_MAX_LIMIT_REACHED) report("cuptiActivityGetNextRecord", status);
+    size_t lost = 0;
+    if (cuptiActivityGetNumDroppedRecords(context, stream, &lost) == CUPTI_SUCCESS)
+        dropped += lost;
     std::free(buffer);
 }
 
 void finish() {
-    report("cuptiActivityFlushAll", cuptiActivityFlushAll(1));
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    report("cuptiActivityFlushAll", cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    std::lock_guard<std::mutex> lock(guard);
+    if (dropped || incomplete)
+        std::fprintf(stderr, "kernel_trace: %llu kernel records dropped, %llu incomplete\n",
+                     dropped, incomplete);
     if (trace_file) std::fclose(trace_file);
     trace_file = nullptr;
 }
@@ -54,12 +76,23 @@ void finish() {
 
 // Called by the CUDA driver when it creates the process's first context (CUDA_INJECTION64_PATH).
 extern "C" int InitializeInjection(void) {
+    unsetenv("CUDA_INJECTION64_PATH");  // this process only
+    uint32_t version = 0;
+    // An older CUPTI may not write the kernel record this library reads; newer ones keep it.
+    if (cuptiGetVersion(&version) != CUPTI_SUCCESS || version < CUPTI_API_VERSION) {
+        std::fprintf(stderr, "kernel_trace: built for CUPTI API %u, loaded %u: rebuild it\n",
+                     static_cast<unsigned>(CUPTI_API_VERSION), static_cast<unsigned>(version));
+        return 0;
+    }
     const char* path = std::getenv("FG_KERNEL_TRACE_OUT");
     if (!path) {
         std::fprintf(stderr, "kernel_trace: set FG_KERNEL_TRACE_OUT to the file to write\n");
         return 0;
     }
-    trace_file = std::fopen(path, "w");
+    {
+        std::lock_guard<std::mutex> lock(guard);
+        trace_file = std::fopen(path, "w");
+    }
     if (!trace_file) {
         std::fprintf(stderr, "kernel_trace: cannot write %s\n", path);
         return 0;

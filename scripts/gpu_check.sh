@@ -245,46 +245,69 @@ PY
             # injection library: every kernel timed as it runs, graphs included, at the clock the
             # card holds while busy), and with NANOGPT_DIR nanoGPT's compiled step at the same
             # batches (bench/nanogpt_gpt2.py, 50 steps) under the same library; the card's SM
-            # clock, power and throttle reasons sampled alongside (trace_clocks.csv). The
-            # window: steps 21-50 (fusegrad) and 21-45 (nanoGPT), told apart by a kernel that
-            # runs once a step (TRACE_NANOGPT_MARKER: Inductor's name for nanoGPT's loss kernel).
+            # clock, power and throttle reasons sampled alongside (trace_clocks.csv), summed for
+            # each run. The window: steps 21-50 (fusegrad) and 21-45 (nanoGPT), told apart by a
+            # kernel that runs once a step (TRACE_NANOGPT_MARKER: Inductor's name for nanoGPT's
+            # loss kernel).
             lib=$PWD/build-gpu/bench/libfg_kernel_trace.so
-            nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit,temperature.gpu,clocks_event_reasons.active \
-                --format=csv,noheader -lms 250 > "$out/trace_clocks.csv" 2>&1 &
-            sampler=$!
-            for b in 16 ${TRACE_BATCHES:-}; do
-                dir=/tmp/fg-trace-$b && rm -rf "$dir"
-                FG_KERNEL_TRACE_OUT=$dir.txt CUDA_INJECTION64_PATH=$lib build-gpu/bin/fusegrad train \
-                    configs/gpt2_124m.yaml --set data.kind=random_tokens --set train.grad_accum=1 \
-                    --set train.eval_interval=100000 --set train.checkpoint_interval=100000 \
-                    --set train.batch_size="$b" --set train.out_dir="$dir" --max-steps 60 \
-                    > "$out/trace_fusegrad_$b.log" 2>&1 || status=1
-                python3 bench/kernel_trace_report.py "$dir.txt" --marker cross_entropy_rows_kernel \
-                    --skip 20 --steps 30 --label "fusegrad, $b x 1024" | tee "$out/trace_fusegrad_$b.md" || status=1
-                if [ -n "${NANOGPT_DIR:-}" ]; then
-                    FG_KERNEL_TRACE_OUT=/tmp/nanogpt-trace-$b.txt CUDA_INJECTION64_PATH=$lib \
-                        python3 bench/nanogpt_gpt2.py "$NANOGPT_DIR" --batch "$b" --steps 50 \
-                        > "$out/trace_nanogpt_$b.log" 2>&1 || status=1
-                    tail -1 "$out/trace_nanogpt_$b.log"
-                    python3 bench/kernel_trace_report.py /tmp/nanogpt-trace-$b.txt --skip 20 --steps 25 \
-                        --marker "${TRACE_NANOGPT_MARKER:-prepare_softmax_online}" \
-                        --label "nanoGPT model.py, $b x 1024" | tee "$out/trace_nanogpt_$b.md" || status=1
-                fi
-            done
-            kill "$sampler"
-            # While the card drew more than 300 W: its SM clock and power, and how often it was
-            # held below its clock by the power cap (throttle reason bit 0x4).
-            python3 - "$out/trace_clocks.csv" <<'PY' || status=1
-import csv, statistics, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) == 6 and "W" in r[2]]
-busy = [r for r in rows if float(r[2].split()[0]) > 300]
-if busy:
-    mhz = [float(r[1].split()[0]) for r in busy]
-    print("card busy (> 300 W): %d samples, SM clock median %.0f MHz (%.0f-%.0f), power median %.0f W "
-          "of %s, power-capped in %.0f%%" % (len(busy), statistics.median(mhz), min(mhz), max(mhz),
-          statistics.median(float(r[2].split()[0]) for r in busy), busy[0][3].strip(),
-          100 * sum(int(r[5], 16) & 4 != 0 for r in busy) / len(busy)))
+            if [ ! -f "$lib" ]; then
+                echo "trace: $lib was not built (CMake found no CUPTI)"; status=1
+            else
+                query=timestamp,clocks.sm,power.draw,power.limit,temperature.gpu
+                nvidia-smi --query-gpu=$query,clocks_event_reasons.active --format=csv,noheader \
+                    -lms 250 > "$out/trace_clocks.csv" 2>&1 &
+                sampler=$!
+                : > "$out/trace_runs.txt"  # a line a run: its label, start and end (epoch seconds)
+                for b in 16 ${TRACE_BATCHES:-}; do
+                    dir=/tmp/fg-trace-$b && rm -rf "$dir" "$dir.txt"
+                    start=$(date +%s.%N)
+                    FG_KERNEL_TRACE_OUT=$dir.txt CUDA_INJECTION64_PATH=$lib build-gpu/bin/fusegrad \
+                        train configs/gpt2_124m.yaml --set data.kind=random_tokens \
+                        --set train.grad_accum=1 --set train.eval_interval=100000 \
+                        --set train.checkpoint_interval=100000 --set train.batch_size="$b" \
+                        --set train.out_dir="$dir" --max-steps 60 \
+                        > "$out/trace_fusegrad_$b.log" 2>&1 || status=1
+                    echo "fusegrad_$b $start $(date +%s.%N)" >> "$out/trace_runs.txt"
+                    python3 bench/kernel_trace_report.py "$dir.txt" --skip 20 --steps 30 \
+                        --marker cross_entropy_rows_kernel --label "fusegrad, $b x 1024" |
+                        tee "$out/trace_fusegrad_$b.md" || status=1
+                    if [ -n "${NANOGPT_DIR:-}" ]; then
+                        trace=/tmp/nanogpt-trace-$b.txt && rm -f "$trace"
+                        start=$(date +%s.%N)
+                        FG_KERNEL_TRACE_OUT=$trace CUDA_INJECTION64_PATH=$lib \
+                            python3 bench/nanogpt_gpt2.py "$NANOGPT_DIR" --batch "$b" --steps 50 \
+                            > "$out/trace_nanogpt_$b.log" 2>&1 || status=1
+                        echo "nanogpt_$b $start $(date +%s.%N)" >> "$out/trace_runs.txt"
+                        tail -1 "$out/trace_nanogpt_$b.log"
+                        python3 bench/kernel_trace_report.py "$trace" --skip 20 --steps 25 \
+                            --marker "${TRACE_NANOGPT_MARKER:-prepare_softmax_online}" \
+                            --label "nanoGPT model.py, $b x 1024" |
+                            tee "$out/trace_nanogpt_$b.md" || status=1
+                    fi
+                done
+                kill "$sampler"; wait "$sampler" 2>/dev/null
+                # Each run's samples while the card drew more than 300 W (a run's first step,
+                # autotuning and capture included): the SM clock, the power, and how often the
+                # power cap held the clock down (throttle reason bit 0x4).
+                python3 - "$out/trace_clocks.csv" "$out/trace_runs.txt" <<'PY' || status=1
+import csv, datetime, statistics, sys
+samples = []
+for r in csv.reader(open(sys.argv[1])):
+    try:
+        t = datetime.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        samples.append((t, float(r[1].split()[0]), float(r[2].split()[0]), int(r[5], 16)))
+    except (IndexError, ValueError):
+        pass  # a header, an error line or a line cut short
+for line in open(sys.argv[2]):
+    label, start, end = line.split()
+    busy = [s for s in samples if float(start) <= s[0] <= float(end) and s[2] > 300]
+    if busy:
+        capped = sum(s[3] & 4 != 0 for s in busy) / len(busy)
+        print("%s: %d samples over 300 W, SM clock median %.0f MHz, power median %.0f W, "
+              "power-capped in %.0f%%" % (label, len(busy), statistics.median(s[1] for s in busy),
+                                           statistics.median(s[2] for s in busy), 100 * capped))
 PY
+            fi
             ;;&
         nanogpt)
             if [ -z "${NANOGPT_DIR:-}" ]; then

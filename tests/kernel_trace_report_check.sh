@@ -2,7 +2,9 @@
 # tests/kernel_trace_report_check.sh PYTHON SOURCE_DIR: bench/kernel_trace_report.py on a made-up
 # trace of known figures: five steps of 2 ms, each a 1 ms product, a 0.2 ms norm that overlaps
 # the product's last 0.1 ms, and a 0.1 ms loss kernel (the marker), written out of order as CUPTI
-# may hand them over. Steps 2-3 (--skip 1 --steps 2): 2 ms wall, 1.2 ms busy, 1.3 ms summed.
+# may hand them over, and in the window's last step a 0.3 ms kernel on another stream beside the
+# marker, of which 0.1 ms lies in the window. Steps 2-3 (--skip 1 --steps 2): 2 ms wall, 1.2 ms
+# busy, 1.35 ms summed.
 # Asking for more steps than the trace holds is refused.
 set -euo pipefail
 python=$1 src=$2
@@ -14,17 +16,20 @@ for s in 4 3 2 1 0; do
     echo "$((base + 900000)) $((base + 1100000)) norm_forward_kernel"
     echo "$base $((base + 1000000)) nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
 done > "$trace"
+# On another stream, beside the window's last marker and 0.2 ms past it: counted up to the end.
+echo "7200000 7500000 embedding_backward_kernel" >> "$trace"
 out=$("$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy_rows_kernel \
       --skip 1 --steps 2 --label made-up)
 echo "$out"
 expect() {
     grep -qE "$1" <<< "$out" || { echo "missing: $1" >&2; exit 1; }
 }
-expect "^made-up: 2 steps; a step: 2.00 ms wall, GPU busy 1.20 ms, kernels summed 1.30 ms, "\
-"3 kernels$"
-expect "^  matrix products +1.000 ms +76.9%$"
-expect "^  norms +0.200 ms +15.4%$"
-expect "^  cross-entropy +0.100 ms +7.7%$"
+expect "^made-up: 2 steps; a step: 2.00 ms wall, GPU busy 1.20 ms, kernels summed 1.35 ms, "\
+"4 kernels$"
+expect "^  matrix products +1.000 ms +74.1%$"
+expect "^  norms +0.200 ms +14.8%$"
+expect "^  cross-entropy +0.100 ms +7.4%$"
+expect "^  other +0.050 ms +3.7%$"
 expect "^ +1.000 +1.0  nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT$"
 if "$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy_rows_kernel \
        --skip 3 --steps 2 > /dev/null 2>&1; then
