@@ -7,7 +7,8 @@ once a step: fusegrad's cross_entropy_rows_kernel, nanoGPT's compiled log-softma
 end of the (SKIP + STEPS)-th. Prints per step the window's wall time, the time the GPU ran at
 least one kernel, the kernels' summed time, their time by kind (matrix products, attention,
 norms, ...; names of fusegrad's kernels, cuBLAS / cuBLASLt, cuDNN and Triton's fused kernels
-alike) and the longest kernels.
+alike) and the longest kernels. Memory copies and memsets are not in the trace: "GPU busy" is
+the time some kernel ran.
 
 usage: kernel_trace_report.py TRACE --marker NAME [--skip 20] [--steps 20] [--top 25] [--label L]
 """
