@@ -7,10 +7,12 @@ once a step: fusegrad's cross_entropy_rows_kernel, nanoGPT's compiled log-softma
 end of the (SKIP + STEPS)-th. Prints per step the window's wall time, the time the GPU ran at
 least one kernel, the kernels' summed time, their time by kind (matrix products, attention,
 norms, ...; names of fusegrad's kernels, cuBLAS / cuBLASLt, cuDNN and Triton's fused kernels
-alike) and the longest kernels. Memory copies and memsets are not in the trace: "GPU busy" is
-the time some kernel ran.
+alike), the longest kernels, and the longest gaps between kernels, by the kernels on either
+side. Memory copies and memsets are not in the trace: "GPU busy" is the time some kernel ran, and
+a copy or memset shows as a gap.
 
-usage: kernel_trace_report.py TRACE --marker NAME [--skip 20] [--steps 20] [--top 25] [--label L]
+usage: kernel_trace_report.py TRACE --marker NAME [--skip 20] [--steps 20] [--top 25] [--gaps 8]
+                              [--label L]
 """
 import argparse
 import collections
@@ -52,6 +54,7 @@ def main():
     ap.add_argument("--skip", type=int, default=20)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--gaps", type=int, default=8)
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     kernels = []
@@ -67,14 +70,18 @@ def main():
     window = [k for k in kernels if lo < k[0] <= hi]
     names = demangled(sorted({k[2] for k in window}))
     time, launches = collections.Counter(), collections.Counter()
-    busy, covered = 0, lo
+    gap_time, gap_count = collections.Counter(), collections.Counter()
+    busy, covered, last = 0, lo, names.get(marks[a.skip][2], marks[a.skip][2])
     for start, end, name in window:
         end = min(end, hi)  # a kernel on another stream may run past the window's last marker
         time[names[name]] += end - start
         launches[names[name]] += 1
+        if start > covered:  # nothing ran from the last kernel's end to this one's start
+            gap_time[(last, names[name])] += start - covered
+            gap_count[(last, names[name])] += 1
         if end > covered:
             busy += end - max(start, covered)
-            covered = end
+            covered, last = end, names[name]
     summed = sum(time.values())
     per_step = lambda ns: ns / a.steps / 1e6  # noqa: E731
     print(f"{a.label or a.trace}: {a.steps} steps; a step: {per_step(hi - lo):.2f} ms wall, "
@@ -88,6 +95,10 @@ def main():
     print("  the longest kernels (ms a step, launches a step, name):")
     for name, ns in time.most_common(a.top):
         print(f"  {per_step(ns):8.3f} {launches[name] / a.steps:6.1f}  {name[:140]}")
+    print("  the longest gaps without a kernel (ms a step, gaps a step, kernels before / after):")
+    for (before, after), ns in gap_time.most_common(a.gaps):
+        print(f"  {per_step(ns):8.3f} {gap_count[(before, after)] / a.steps:6.1f}  "
+              f"{before[:70]}  /  {after[:70]}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # the product's last 0.1 ms, and a 0.1 ms loss kernel (the marker), written out of order as CUPTI
 # may hand them over, and in the window's last step a 0.3 ms kernel on another stream beside the
 # marker, of which 0.1 ms lies in the window. Steps 2-3 (--skip 1 --steps 2): 2 ms wall, 1.2 ms
-# busy, 1.35 ms summed.
+# busy, 1.35 ms summed, gaps of 0.7 and 0.1 ms a step.
 # Asking for more steps than the trace holds is refused.
 set -euo pipefail
 python=$1 src=$2
@@ -31,6 +31,9 @@ expect "^  norms +0.200 ms +14.8%$"
 expect "^  cross-entropy +0.100 ms +7.4%$"
 expect "^  other +0.050 ms +3.7%$"
 expect "^ +1.000 +1.0  nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT$"
+# The gaps: 0.7 ms from the marker to the next step's product, 0.1 ms from the norm to the marker.
+expect "^ +0.700 +1.0  .*cross_entropy_rows_kernel.*  /  nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA"
+expect "^ +0.100 +1.0  norm_forward_kernel  /  .*cross_entropy_rows_kernel"
 if "$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy_rows_kernel \
        --skip 3 --steps 2 > /dev/null 2>&1; then
     echo "a window past the trace's last step was not refused" >&2; exit 1
