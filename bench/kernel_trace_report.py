@@ -58,9 +58,12 @@ def main():
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     kernels = []
-    for line in open(a.trace):
-        start, end, name = line.rstrip("\n").split(" ", 2)
-        kernels.append((int(start), int(end), name))
+    for number, line in enumerate(open(a.trace), 1):
+        fields = line.rstrip("\n").split(" ", 2)
+        if len(fields) != 3 or not fields[0].isdigit() or not fields[1].isdigit():
+            raise SystemExit(f"{a.trace}:{number}: not 'start_ns end_ns name' (a trace cut short "
+                             f"when its process was killed?): {line.strip()[:80]!r}")
+        kernels.append((int(fields[0]), int(fields[1]), fields[2]))
     kernels.sort()
     marks = [k for k in kernels if a.marker in k[2]]
     if len(marks) <= a.skip + a.steps:

@@ -5,11 +5,11 @@
 # may hand them over, and in the window's last step a 0.3 ms kernel on another stream beside the
 # marker, of which 0.1 ms lies in the window. Steps 2-3 (--skip 1 --steps 2): 2 ms wall, 1.2 ms
 # busy, 1.35 ms summed, gaps of 0.7 and 0.1 ms a step.
-# Asking for more steps than the trace holds is refused.
+# Asking for more steps than the trace holds is refused, and so is a line cut short.
 set -euo pipefail
 python=$1 src=$2
 trace=$(mktemp /tmp/fg_kernel_trace.XXXXXX)
-trap 'rm -f "$trace"' EXIT
+trap 'rm -f "$trace" "$trace.cut"' EXIT
 for s in 4 3 2 1 0; do
     base=$((s * 2000000))
     echo "$((base + 1200000)) $((base + 1300000)) _ZN2fg7kernels25cross_entropy_rows_kernelEv"
@@ -38,4 +38,12 @@ if "$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy
        --skip 3 --steps 2 > /dev/null 2>&1; then
     echo "a window past the trace's last step was not refused" >&2; exit 1
 fi
+# A line cut short (its process killed while writing) is refused, naming the file and line.
+head -3 "$trace" > "$trace.cut" && echo "10400000 1040" >> "$trace.cut"
+if msg=$("$python" "$src/bench/kernel_trace_report.py" "$trace.cut" --skip 0 --steps 1 \
+         --marker cross_entropy_rows_kernel 2>&1); then
+    echo "a line cut short was not refused" >&2; exit 1
+fi
+grep -qF "$trace.cut:4: not 'start_ns end_ns name'" <<< "$msg" ||
+    { echo "message: $msg" >&2; exit 1; }
 echo "kernel_trace_report.py: the expected figures"
