@@ -71,6 +71,10 @@ for step in $what; do
     esac
 done
 status=0
+# GPT-2 small timed on random ids (the gpt2, breakdown, trace, nanogpt and phases steps): one
+# micro-batch a step, no evaluation and no checkpoint inside the run.
+gpt2_timing="--set data.kind=random_tokens --set train.grad_accum=1
+             --set train.eval_interval=100000 --set train.checkpoint_interval=100000"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DFG_PYTHON="$(command -v python3)" -DFG_TORCH_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
@@ -200,8 +204,7 @@ print(" ".join("%d:%.4f" % (r["step"], r["val_loss"]) for r in rows), " best %.4
             # GPT-2 small (configs/gpt2_124m.yaml) on random tokens, no files needed: fusegrad with
             # the captured step and without, at 16 x 1024 (and GPT2_BATCHES more, e.g. "64"), then
             # PyTorch bf16 + torch.compile at 16 x 1024; median over steps 11-40.
-            g="--set data.kind=random_tokens --set train.grad_accum=1 --set train.eval_interval=100000"
-            g="$g --set train.checkpoint_interval=100000"
+            g=$(echo $gpt2_timing)
             for run in 16:true 16:false $(for b in ${GPT2_BATCHES:-}; do echo "$b:true"; done); do
                 b=${run%%:*} graph=${run##*:} dir=/tmp/fg-gpt2-$b-$graph
                 rm -rf "$dir"
@@ -231,9 +234,8 @@ PY
             rm -rf /tmp/fg-breakdown
             ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
                 --launch-skip "${BREAKDOWN_SKIP:-2200}" --launch-count "${BREAKDOWN_COUNT:-3000}" \
-                build-gpu/bin/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
-                --set train.grad_accum=1 --set kernels.cuda_graph=false --set train.eval_interval=100000 \
-                --set train.out_dir=/tmp/fg-breakdown --max-steps 16 > "$out/breakdown.csv" \
+                build-gpu/bin/fusegrad train configs/gpt2_124m.yaml $gpt2_timing \
+                --set kernels.cuda_graph=false --set train.out_dir=/tmp/fg-breakdown --max-steps 16 > "$out/breakdown.csv" \
                 2> "$out/breakdown.err" || status=1
             # AdamW: one launch a kMaxTensorsPerLaunch (24) of GPT-2's 148 parameter tensors.
             python3 bench/kernel_times.py "$out/breakdown.csv" --top 30 --per-step-kernel adamw_kernel \
@@ -262,9 +264,7 @@ PY
                     dir=/tmp/fg-trace-$b && rm -rf "$dir" "$dir.txt"
                     start=$(date +%s.%N)
                     FG_KERNEL_TRACE_OUT=$dir.txt CUDA_INJECTION64_PATH=$lib build-gpu/bin/fusegrad \
-                        train configs/gpt2_124m.yaml --set data.kind=random_tokens \
-                        --set train.grad_accum=1 --set train.eval_interval=100000 \
-                        --set train.checkpoint_interval=100000 --set train.batch_size="$b" \
+                        train configs/gpt2_124m.yaml $gpt2_timing --set train.batch_size="$b" \
                         --set train.out_dir="$dir" --max-steps 60 \
                         > "$out/trace_fusegrad_$b.log" 2>&1 || status=1
                     echo "fusegrad_$b $start $(date +%s.%N)" >> "$out/trace_runs.txt"
@@ -329,9 +329,7 @@ PY
                     --steps "$n" --json "$out/nanogpt.json" || status=1
                 # GPT-2 small, 16 x 1024 random tokens a step: fusegrad, then nanoGPT's model.py.
                 dir=/tmp/fg-nanogpt-gpt2 && rm -rf "$dir"
-                build-gpu/bin/fusegrad train configs/gpt2_124m.yaml --set data.kind=random_tokens \
-                    --set train.grad_accum=1 --set train.eval_interval=100000 \
-                    --set train.checkpoint_interval=100000 --max-steps 40 \
+                build-gpu/bin/fusegrad train configs/gpt2_124m.yaml $gpt2_timing --max-steps 40 \
                     --set train.out_dir="$dir" > "$out/nanogpt_gpt2_fusegrad.log" 2>&1 || status=1
                 python3 - "$dir/metrics.jsonl" <<'PY' || status=1
 import json, statistics, sys
@@ -473,9 +471,7 @@ PY
                     dir=/tmp/fg-phases-$n-$(echo "$variant" | tr -c 'A-Za-z0-9_.=\n' '_')
                     rm -rf "$dir"
                     env "${envs[@]}" build-gpu/bin/fusegrad train configs/gpt2_124m.yaml \
-                        --set data.kind=random_tokens --set train.grad_accum=1 \
-                        --set train.eval_interval=100000 --set train.checkpoint_interval=100000 \
-                        --set train.phase_times=true --set train.batch_size=$((16 * n)) \
+                        $gpt2_timing --set train.phase_times=true --set train.batch_size=$((16 * n)) \
                         --set train.out_dir="$dir" --max-steps 40 --ranks "$n" "${sets[@]}" \
                         > "$dir.log" 2>&1 || { status=1; tail -5 "$dir.log"; }
                     cp "$dir.log" "$out/phases-$n-$(basename "$dir").log" 2>/dev/null
