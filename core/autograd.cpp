@@ -42,12 +42,12 @@ public:
     }
 
 private:
-    // True when this handle is the only way to the tensor's memory (no other handle, no view of
-    // its storage) and the tensor is all of it: taking it saves a copy of every gradient.
+    // True when this handle is the only way to the tensor's memory and the tensor is all of it:
+    // taking it saves a copy of every gradient.
     static bool owned_alone(const Tensor& t) {
         const TensorImpl* impl = t.impl();
-        return t.impl_ptr().use_count() == 1 && impl->storage.use_count() == 1 &&
-               impl->offset == 0 && impl->storage->bytes == t.nbytes() && !impl->grad_fn;
+        return t.sole_holder() && impl->offset == 0 && impl->storage->bytes == t.nbytes() &&
+               !impl->grad_fn;
     }
 
     std::shared_ptr<TensorImpl> leaf_;

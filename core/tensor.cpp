@@ -199,6 +199,10 @@ Tensor Tensor::slice(std::int64_t start, std::int64_t end) const {
 
 Tensor Tensor::detach() const { return ops_detail::view(*this, 0, shape()); }
 
+bool Tensor::sole_holder() const {
+    return impl_ && impl_.use_count() == 1 && impl_->storage.use_count() == 1;
+}
+
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 bool Tensor::is_leaf() const { return !impl_->grad_fn; }
 

@@ -98,6 +98,17 @@ int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem) {
     return at->second;
 }
 
+void allow_dynamic_smem(const void* kernel, std::size_t bytes) {
+    static std::map<const void*, std::size_t> allowed;
+    static std::mutex guard;
+    std::lock_guard<std::mutex> lock(guard);
+    std::size_t& now = allowed[kernel];
+    if (bytes <= now) return;
+    FG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+    now = bytes;
+}
+
 namespace {
 // The StreamOverride in force on this thread, if any (a flag: the null stream is a valid override).
 thread_local bool t_override_active = false;

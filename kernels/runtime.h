@@ -73,6 +73,11 @@ const DeviceInfo& device_info();
 // smem, then remembered (so ask after allowing the kernel that much dynamic shared memory).
 int resident_blocks_per_sm(const void* kernel, int threads, std::size_t smem);
 
+// Lets `kernel` (a __global__ function) use `bytes` of dynamic shared memory: more than 48 KiB
+// needs an opt-in (at most DeviceInfo::smem_per_block_optin, less the kernel's static shared
+// memory). Asked of the driver only when a kernel needs more than it was last allowed.
+void allow_dynamic_smem(const void* kernel, std::size_t bytes);
+
 // The stream every fusegrad kernel, copy and cuBLAS call is queued on. One stream means the
 // caching allocator can reuse a freed block at once: later work is ordered after earlier work.
 // While a StreamOverride lives, stream() returns its stream instead, on that thread only (the

@@ -10,6 +10,7 @@
 //   The loss, its gradient and the per-row statistics are fp32 whatever the logits' type (as
 //   PyTorch's autocast computes the loss in fp32); dlogits is of the logits' type.
 //   A target outside [0, C) is reported through the device error word (runtime.h).
+// The one-pass form writes dx in the forward, for a dloss given in advance (below).
 #pragma once
 
 #include "elementwise.h"  // ScalarType
@@ -29,5 +30,19 @@ void cross_entropy_forward(ScalarType type, const void* logits, const int* targe
 void cross_entropy_backward(ScalarType type, const void* logits, const int* targets,
                             const float* row_lse, const float* inv_count, const float* dloss,
                             long long rows, long long cols, int ignore_index, void* dlogits);
+
+// One pass for a training step's loss, where the logits are not needed after it: the forward
+// above and the backward's dlogits for dloss = expected_dloss (the gradient the caller expects
+// the loss to get), each row read once and kept in shared memory. dlogits may be the logits.
+// Only where cross_entropy_one_pass_fits (a row of `cols` values in one block's shared memory).
+// Its backward, cross_entropy_one_pass_backward, changes nothing where the loss's gradient *dloss
+// is expected_dloss, and otherwise scales the count values of dlogits by dloss / expected_dloss.
+bool cross_entropy_one_pass_fits(ScalarType type, long long cols);
+void cross_entropy_one_pass(ScalarType type, const void* logits, const int* targets,
+                            long long rows, long long cols, int ignore_index,
+                            float expected_dloss, float* row_loss, float* loss, float* inv_count,
+                            void* dlogits);
+void cross_entropy_one_pass_backward(ScalarType type, const float* dloss, float expected_dloss,
+                                     long long count, void* dlogits);
 
 }  // namespace fg::kernels

@@ -65,8 +65,9 @@ Tensor GPT::forward(const Tensor& ids) const {
     return matmul(x, cast(wte.weight, x.dtype()), false, true, matmul_);
 }
 
-Tensor GPT::loss(const Tensor& logits, const Tensor& targets, int ignore_index) const {
-    return cross_entropy(logits, targets, ignore_index);
+Tensor GPT::loss(Tensor logits, const Tensor& targets, int ignore_index,
+                 float expected_dloss) const {
+    return cross_entropy(std::move(logits), targets, ignore_index, expected_dloss);
 }
 
 std::vector<std::pair<std::string, Tensor*>> GPT::state_dict() {

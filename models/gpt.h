@@ -42,7 +42,9 @@ public:
     // ids i32 (B, T) -> logits (B, T, V)
     Tensor forward(const Tensor& ids) const;
     // Mean cross-entropy of the logits against targets i32 (B, T); ignore_index rows left out.
-    Tensor loss(const Tensor& logits, const Tensor& targets, int ignore_index = -1) const;
+    // Logits handed over get the loss's gradient written over them (ops.h, cross_entropy).
+    Tensor loss(Tensor logits, const Tensor& targets, int ignore_index = -1,
+                float expected_dloss = 1.0f) const;
 
     // nanoGPT's state_dict: named_parameters() plus "lm_head.weight", the tied alias of wte.
     std::vector<std::pair<std::string, Tensor*>> state_dict();

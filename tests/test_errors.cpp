@@ -45,6 +45,10 @@ TEST_CASE("index errors name the bad index and the bound", "[errors]") {
                         ContainsSubstring("[cross_entropy] target 7 at row 1 is out of range [0, 3)"));
     REQUIRE_THROWS_WITH(cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({3}, DType::i32)),
                         ContainsSubstring("targets have shape (3)"));
+    REQUIRE_THROWS_WITH(cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({2}, DType::i32), -1,
+                                      0.0f),
+                        ContainsSubstring("[cross_entropy] expected_dloss must be finite and "
+                                          "non-zero, got 0"));
 }
 
 TEST_CASE("bad arguments are rejected", "[errors]") {

@@ -15,9 +15,13 @@ void training_step(GPT& model, Optimizer& opt, std::int64_t grad_accum, double g
     Tensor loss_sum;
     for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
         const Batch b = hooks.micro_batch(micro);
-        Tensor loss = model.loss(model.forward(b.inputs), b.targets);
+        // The loss's gradient is known before the backward (the mean over micro-batches): the
+        // loss writes the logits' gradient as it reads them, once.
+        const double loss_grad = 1.0 / static_cast<double>(grad_accum);
+        Tensor loss = model.loss(model.forward(b.inputs), b.targets, -1,
+                                 static_cast<float>(loss_grad));
         if (micro == grad_accum - 1) hooks.before_last_backward();
-        scale(loss, 1.0 / static_cast<double>(grad_accum)).backward();
+        scale(loss, loss_grad).backward();
         loss_sum = loss_sum.defined() ? add(loss_sum, loss.detach()) : loss.detach();
     }
     NoGradGuard no_grad;

@@ -98,7 +98,7 @@ Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& g) {
     // The logits' gradient overwrites the logits when nothing else holds them (the usual case: a
     // model's head output feeds the loss alone), so a large vocabulary needs one (rows, V)
     // buffer, not two. Safe: each element is read once, by the thread that then writes it.
-    const bool in_place = s.logits.impl()->storage.use_count() == 1;
+    const bool in_place = s.logits.sole_holder();
     Tensor dx = in_place ? s.logits : empty_like(s.logits);
     std::int64_t cols = s.logits.size(-1), rows = s.targets.numel();
     if (dx.is_cuda()) {
@@ -117,6 +117,51 @@ Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& g) {
         });
     }
     return dx;
+}
+
+void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets) {
+    check_defined(op, logits, "logits");
+    check_defined(op, targets, "targets");
+    check_arithmetic_dtype(op, logits);
+    check_same_device(op, logits, targets);
+    FG_CHECK(targets.dtype() == DType::i32, op, "targets must be i32, got ",
+             dtype_name(targets.dtype()));
+    FG_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, op,
+             "logits need a non-empty last (class) dim, got ", shape_str(logits.shape()));
+    Shape lead(logits.shape().begin(), logits.shape().end() - 1);
+    FG_CHECK(targets.shape() == lead, op, "targets have shape ", shape_str(targets.shape()),
+             ", logits ", shape_str(logits.shape()), " need targets of shape ", shape_str(lead));
+}
+
+// The loss in the forward, its gradient in the backward: each reads the logits.
+Tensor cross_entropy_two_pass(const Tensor& logits, const Tensor& targets, int ignore_index) {
+    const char* op = "cross_entropy";
+    std::int64_t cols = logits.size(-1), rows = targets.numel();
+    const DType acc = accumulate_dtype(logits.dtype());  // of the loss and the statistics
+    CrossEntropySaved s{logits.detach(), targets.detach(),
+                        Tensor::empty({rows}, acc, logits.device()),
+                        Tensor::empty({}, acc, logits.device()), ignore_index};
+    Tensor loss = Tensor::empty({}, acc, logits.device());
+    if (logits.is_cuda()) {
+        Tensor row_loss = Tensor::empty({rows}, DType::f32, logits.device());
+        cuda_backend(op).cross_entropy_forward(
+            scalar_type(logits.dtype()), logits.raw_data(), targets.data<std::int32_t>(), rows,
+            cols, ignore_index, s.row_lse.data<float>(), row_loss.data<float>(),
+            loss.data<float>(), s.inv_count.data<float>());
+    } else {
+        Tensor xw = widened(logits);
+        dispatch_float(xw.dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            cross_entropy_forward_cpu<T>(static_cast<const T*>(xw.raw_data()),
+                                         targets.data<std::int32_t>(), rows, cols, ignore_index,
+                                         static_cast<T*>(s.row_lse.raw_data()),
+                                         static_cast<T*>(loss.raw_data()),
+                                         static_cast<T*>(s.inv_count.raw_data()));
+        });
+    }
+    return record(op, {logits, targets}, loss, [s](const Tensor& g) -> std::vector<Tensor> {
+        return {cross_entropy_backward(s, g), Tensor()};
+    });
 }
 
 }  // namespace
@@ -145,45 +190,36 @@ Tensor softmax(const Tensor& x, bool causal) {
     });
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index) {
+Tensor cross_entropy(Tensor logits, const Tensor& targets, int ignore_index,
+                     float expected_dloss) {
     const char* op = "cross_entropy";
-    check_defined(op, logits, "logits");
-    check_defined(op, targets, "targets");
-    check_arithmetic_dtype(op, logits);
-    check_same_device(op, logits, targets);
-    FG_CHECK(targets.dtype() == DType::i32, op, "targets must be i32, got ",
-             dtype_name(targets.dtype()));
-    FG_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, op,
-             "logits need a non-empty last (class) dim, got ", shape_str(logits.shape()));
-    Shape lead(logits.shape().begin(), logits.shape().end() - 1);
-    FG_CHECK(targets.shape() == lead, op, "targets have shape ", shape_str(targets.shape()),
-             ", logits ", shape_str(logits.shape()), " need targets of shape ", shape_str(lead));
-    std::int64_t cols = logits.size(-1), rows = targets.numel();
-    const DType acc = accumulate_dtype(logits.dtype());  // of the loss and the statistics
-    CrossEntropySaved s{logits.detach(), targets.detach(),
-                        Tensor::empty({rows}, acc, logits.device()),
-                        Tensor::empty({}, acc, logits.device()), ignore_index};
-    Tensor loss = Tensor::empty({}, acc, logits.device());
-    if (logits.is_cuda()) {
-        Tensor row_loss = Tensor::empty({rows}, DType::f32, logits.device());
-        cuda_backend(op).cross_entropy_forward(
-            scalar_type(logits.dtype()), logits.raw_data(), targets.data<std::int32_t>(), rows,
-            cols, ignore_index, s.row_lse.data<float>(), row_loss.data<float>(),
-            loss.data<float>(), s.inv_count.data<float>());
-    } else {
-        Tensor xw = widened(logits);
-        dispatch_float(xw.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            cross_entropy_forward_cpu<T>(static_cast<const T*>(xw.raw_data()),
-                                         targets.data<std::int32_t>(), rows, cols, ignore_index,
-                                         static_cast<T*>(s.row_lse.raw_data()),
-                                         static_cast<T*>(loss.raw_data()),
-                                         static_cast<T*>(s.inv_count.raw_data()));
-        });
-    }
-    return record(op, {logits, targets}, loss, [s](const Tensor& g) -> std::vector<Tensor> {
-        return {cross_entropy_backward(s, g), Tensor()};
-    });
+    check_cross_entropy(op, logits, targets);
+    FG_CHECK(std::isfinite(expected_dloss) && expected_dloss != 0.0f, op,
+             "expected_dloss must be finite and non-zero, got ", expected_dloss);
+    // One pass where a backward will follow and the logits were handed over (no one can read
+    // them after this call).
+    const std::int64_t cols = logits.size(-1), rows = targets.numel();
+    const bool one_pass = logits.is_cuda() && grad_enabled() && logits.requires_grad() &&
+                          logits.sole_holder() &&
+                          cuda_backend(op).cross_entropy_one_pass_fits(
+                              scalar_type(logits.dtype()), cols);
+    if (!one_pass) return cross_entropy_two_pass(logits, targets, ignore_index);
+    Tensor loss = Tensor::empty({}, DType::f32, logits.device());
+    Tensor row_loss = Tensor::empty({rows}, DType::f32, logits.device());
+    Tensor inv_count = Tensor::empty({}, DType::f32, logits.device());
+    Tensor dx = logits.detach();  // the gradient, written over the logits
+    cuda_backend(op).cross_entropy_one_pass(
+        scalar_type(dx.dtype()), dx.raw_data(), targets.data<std::int32_t>(), rows, cols,
+        ignore_index, expected_dloss, row_loss.data<float>(), loss.data<float>(),
+        inv_count.data<float>(), dx.raw_data());
+    return record(op, {logits, targets}, loss,
+                  [dx, expected_dloss](const Tensor& g) -> std::vector<Tensor> {
+                      cuda_backend("cross_entropy")
+                          .cross_entropy_one_pass_backward(scalar_type(dx.dtype()),
+                                                           g.data<float>(), expected_dloss,
+                                                           dx.numel(), dx.raw_data());
+                      return {dx, Tensor()};
+                  });
 }
 
 }  // namespace fg

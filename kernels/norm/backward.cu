@@ -653,12 +653,12 @@ int launch_backward(BackwardParams<T, W> p, const BackwardPlan& plan) {
                     if (staged.split > 1) {
                         constexpr auto kernel =
                             norm_backward_staged_kernel<T, W, VEC, kItems, LAYER, true, kAffine>;
-                        allow_dynamic_smem<kernel>(staged.smem);
+                        allow_dynamic_smem((const void*)kernel, staged.smem);
                         blocks = launch_split<kernel>(p, staged, plan.blocks, p.grid_sums);
                     } else {
                         constexpr auto kernel =
                             norm_backward_staged_kernel<T, W, VEC, kItems, LAYER, false, kAffine>;
-                        allow_dynamic_smem<kernel>(staged.smem);
+                        allow_dynamic_smem((const void*)kernel, staged.smem);
                         size_grid((const void*)kernel);
                         launch_staged<kernel>(p, staged, blocks, p.grid_sums);
                     }

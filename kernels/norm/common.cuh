@@ -456,18 +456,6 @@ inline NormDevice norm_device(bool staging) {
     return n;
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory (more than 48 KiB with its static shared
-// memory needs an opt-in); asked once for each larger size.
-template <auto kernel>
-void allow_dynamic_smem(std::size_t bytes) {
-    static std::size_t allowed = 0;
-    if (bytes > allowed) {
-        FG_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-        allowed = bytes;
-    }
-}
-
 // The launch attribute that makes a grid cooperative: the driver starts it only if all of its
 // blocks are resident at once, so they may wait for each other (cooperative_groups grid sync).
 inline cudaLaunchAttribute cooperative_attribute() {

@@ -563,11 +563,11 @@ void launch_forward_staged(const ForwardParams<T, W>& p, const StagedPlan& plan,
         if constexpr (kItems <= 4) {
             if (plan.split > 1) {
                 constexpr auto kernel = norm_forward_staged_kernel<T, W, VEC, kItems, LAYER, true>;
-                allow_dynamic_smem<kernel>(plan.smem);
+                allow_dynamic_smem((const void*)kernel, plan.smem);
                 launch_split<kernel>(p, plan, p.rows);
             } else {
                 constexpr auto kernel = norm_forward_staged_kernel<T, W, VEC, kItems, LAYER, false>;
-                allow_dynamic_smem<kernel>(plan.smem);
+                allow_dynamic_smem((const void*)kernel, plan.smem);
                 const int rpb = plan.rows.rows_per_block();
                 const unsigned blocks =
                     persistent_blocks((const void*)kernel, plan.rows.threads, plan.smem,

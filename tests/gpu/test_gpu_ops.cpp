@@ -557,6 +557,95 @@ TEST_CASE("cross-entropy's gradient overwrites logits nothing else holds, on CUD
     test::check_loss_in_place(Device::cuda, DType::bf16);
 }
 
+namespace {
+
+// "" where `bytes` of device memory at a and b are the same, else the first value that differs
+// (its index and both values' bits in hex).
+std::string first_difference(const void* a, const void* b, std::size_t bytes, DType dtype) {
+    std::vector<unsigned char> va(bytes), vb(bytes);
+    cuda_backend("test").copy_device_to_host(va.data(), a, bytes);
+    cuda_backend("test").copy_device_to_host(vb.data(), b, bytes);
+    const std::size_t size = dtype_size(dtype);
+    for (std::size_t i = 0; i < bytes; i += size) {
+        if (std::equal(va.begin() + i, va.begin() + i + size, vb.begin() + i)) continue;
+        std::ostringstream out;
+        out << "value " << i / size << ": " << std::hex;
+        for (std::size_t k = size; k-- > 0;) out << static_cast<int>(va[i + k]) << ".";
+        out << " against ";
+        for (std::size_t k = size; k-- > 0;) out << static_cast<int>(vb[i + k]) << ".";
+        return out.str();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("the one-pass cross-entropy (logits handed over) matches the two-pass one bit for bit",
+          "[gpu]") {
+    // logits = h w^T; the two-pass loss is given logits the caller keeps (which must stay as they
+    // are), the one-pass loss the same logits moved in. With the loss's gradient as expected: the
+    // same loss, the same bits in the logits' buffer right after the forward as the two-pass
+    // backward's dlogits, the same h and w gradients. With another (3x), through the backward's
+    // rescale: within 4 roundings of the type (rounded twice; f16's smallest gradients are
+    // subnormal, with fewer bits). Rows of 7 and 33 start at every offset from a 16-byte
+    // boundary; 4097 and 50257 leave a tail; 50304 is GPT-2's vocabulary.
+    require_gpu();
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+        const double u = dtype == DType::bf16   ? std::ldexp(1.0, -8)
+                         : dtype == DType::f16 ? std::ldexp(1.0, -11)
+                                               : std::ldexp(1.0, -23);
+        for (std::int64_t cols : {7, 33, 4097, 50257, 50304}) {
+            const std::int64_t rows = 37, inner = 16;
+            INFO(dtype_name(dtype) << " " << size_name(rows, cols));
+            Tensor h0 = random_f32({rows, inner}, Device::cuda, 1.0f).to(dtype);
+            Tensor w0 = random_f32({cols, inner}, Device::cuda, 1.0f).to(dtype);
+            std::vector<std::int32_t> t = randint({rows}, static_cast<std::int32_t>(cols))
+                                              .to_vector<std::int32_t>();
+            t[1] = -1;
+            Tensor targets = Tensor::from_vector(t, {rows}).to(Device::cuda);
+            for (float dloss : {0.25f, 0.75f}) {
+                INFO("dloss " << dloss << ", expected 0.25");
+                Tensor h[2], w[2], loss[2], kept;
+                const void* after_at = nullptr;
+                for (int one_pass = 0; one_pass < 2; ++one_pass) {
+                    h[one_pass] = h0.detach().set_requires_grad(true);
+                    w[one_pass] = w0.detach().set_requires_grad(true);
+                    Tensor logits = matmul(h[one_pass], w[one_pass], false, true);
+                    if (one_pass) {
+                        const void* at = logits.raw_data();
+                        const std::size_t bytes = logits.numel() * dtype_size(dtype);
+                        loss[1] = cross_entropy(std::move(logits), targets, -1, 0.25f);
+                        // The buffer, held by the loss's backward, now holds the gradient.
+                        CHECK(first_difference(at, kept.raw_data(), bytes, dtype) == "");
+                        after_at = at;
+                    } else {
+                        const std::vector<double> before = logits.to_vector<double>();
+                        loss[0] = cross_entropy(logits, targets);
+                        CHECK(logits.to_vector<double>() == before);  // kept: left as they were
+                        // dlogits of the two-pass loss at 0.25, from the same logits as a leaf.
+                        Tensor leaf = logits.detach().set_requires_grad(true);
+                        scale(cross_entropy(leaf, targets), 0.25).backward();
+                        kept = leaf.grad();
+                    }
+                    scale(loss[one_pass], dloss).backward();
+                    if (one_pass && dloss == 0.25f)
+                        CHECK(first_difference(after_at, kept.raw_data(),
+                                               kept.numel() * dtype_size(dtype), dtype) == "");
+                }
+                CHECK(loss[1].item() == loss[0].item());
+                for (int p = 0; p < 2; ++p) {
+                    std::vector<double> a = (p ? w[1] : h[1]).grad().to_vector<double>();
+                    std::vector<double> b = (p ? w[0] : h[0]).grad().to_vector<double>();
+                    if (dloss == 0.25f)
+                        CHECK(a == b);
+                    else
+                        CHECK(rel_error(a, b) <= 4 * u);
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("embedding matches the CPU and its backward is deterministic", "[gpu]") {
     require_gpu();
     for (std::int64_t dim : kCols) {
