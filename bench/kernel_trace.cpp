@@ -1,17 +1,18 @@
 // bench/kernel_trace.cpp: libfg_kernel_trace.so, a CUPTI injection library that records the GPU
-// start and end of every kernel a process runs, as it runs them: kernels inside CUDA graphs
-// included, nothing serialised or replayed. Nsight Compute (bench/kernel_times.py) times each
-// kernel alone, at whatever clock the card holds between kernels, with the caches flushed; this
-// library sees the kernels inside the step, at the clock the busy card holds. Any CUDA process can
-// be traced this way, fusegrad's trainer and a PyTorch script alike, so the two are timed by one
-// tool.
+// start and end of every kernel, memory copy and memset a process runs, as it runs them: those
+// inside CUDA graphs included, nothing serialised or replayed. Nsight Compute
+// (bench/kernel_times.py) times each kernel alone, at whatever clock the card holds between
+// kernels, with the caches flushed; this library sees the kernels inside the step, at the clock
+// the busy card holds. Any CUDA process can be traced this way, fusegrad's trainer and a PyTorch
+// script alike, so the two are timed by one tool.
 //
 // usage: FG_KERNEL_TRACE_OUT=FILE CUDA_INJECTION64_PATH=/path/to/libfg_kernel_trace.so PROGRAM ...
-// FILE gets one line a kernel, "start_ns end_ns mangled_name", in the order CUPTI hands them over
-// (not sorted); bench/kernel_trace_report.py sums them over whole training steps. Only the
-// process started this way is traced: the library takes CUDA_INJECTION64_PATH out of the
-// environment, so the processes it starts (compile workers) neither load it nor rewrite FILE.
-// Records CUPTI dropped or left incomplete are counted on stderr at exit.
+// FILE gets one line a record, "start_ns end_ns name", in the order CUPTI hands them over (not
+// sorted): a kernel's mangled name, or "[memcpy HtoD 65536 bytes]", "[memset 4096 bytes]";
+// bench/kernel_trace_report.py sums them over whole training steps. Only the process started
+// this way is traced: the library takes CUDA_INJECTION64_PATH out of the environment, so the
+// processes it starts (compile workers) neither load it nor rewrite FILE. Records CUPTI dropped
+// or left incomplete are counted on stderr at exit.
 #include <cupti.h>
 
 #include <cstdio>
@@ -31,6 +32,17 @@ void report(const char* what, CUptiResult result) {
     std::fprintf(stderr, "kernel_trace: %s failed: %s\n", what, text ? text : "?");
 }
 
+const char* copy_kind(uint8_t kind) {
+    switch (kind) {
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "HtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "HtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "PtoP";
+        default: return "other";
+    }
+}
+
 // CUPTI asks for a buffer to fill with activity records, and hands it back when full or flushed.
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
     *size = 16u << 20;
@@ -44,15 +56,32 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
     CUpti_Activity* record = nullptr;
     CUptiResult status;
     while ((status = cuptiActivityGetNextRecord(buffer, valid, &record)) == CUPTI_SUCCESS) {
-        if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || !trace_file) continue;
-        // The record layout of the CUPTI this library was built with (checked at start).
-        const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        if (kernel->start == 0 || kernel->end < kernel->start) {
+        if (!trace_file) continue;
+        // The record layouts of the CUPTI this library was built with (checked at start).
+        unsigned long long start = 0, end = 0;
+        char name[64];
+        const char* label = name;
+        if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+            const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+            start = kernel->start, end = kernel->end, label = kernel->name;
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+            start = copy->start, end = copy->end;
+            std::snprintf(name, sizeof name, "[memcpy %s %llu bytes]", copy_kind(copy->copyKind),
+                          static_cast<unsigned long long>(copy->bytes));
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+            const auto* set = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+            start = set->start, end = set->end;
+            std::snprintf(name, sizeof name, "[memset %llu bytes]",
+                          static_cast<unsigned long long>(set->bytes));
+        } else {
+            continue;
+        }
+        if (start == 0 || end < start) {
             ++incomplete;
             continue;
         }
-        std::fprintf(trace_file, "%llu %llu %s\n", static_cast<unsigned long long>(kernel->start),
-                     static_cast<unsigned long long>(kernel->end), kernel->name);
+        std::fprintf(trace_file, "%llu %llu %s\n", start, end, label);
     }
     if (status != CUPTI_ERROR_MAX_LIMIT_REACHED) report("cuptiActivityGetNextRecord", status);
     size_t lost = 0;
@@ -61,12 +90,15 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
     std::free(buffer);
 }
 
+constexpr CUpti_ActivityKind kTraced[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                           CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+
 void finish() {
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    for (CUpti_ActivityKind kind : kTraced) cuptiActivityDisable(kind);
     report("cuptiActivityFlushAll", cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     std::lock_guard<std::mutex> lock(guard);
     if (dropped || incomplete)
-        std::fprintf(stderr, "kernel_trace: %llu kernel records dropped, %llu incomplete\n",
+        std::fprintf(stderr, "kernel_trace: %llu records dropped, %llu incomplete\n",
                      dropped, incomplete);
     if (trace_file) std::fclose(trace_file);
     trace_file = nullptr;
@@ -78,7 +110,7 @@ void finish() {
 extern "C" int InitializeInjection(void) {
     unsetenv("CUDA_INJECTION64_PATH");  // this process only
     uint32_t version = 0;
-    // An older CUPTI may not write the kernel record this library reads; newer ones keep it.
+    // An older CUPTI may not write the records this library reads; newer ones keep them.
     if (cuptiGetVersion(&version) != CUPTI_SUCCESS || version < CUPTI_API_VERSION) {
         std::fprintf(stderr, "kernel_trace: built for CUPTI API %u, loaded %u: rebuild it\n",
                      static_cast<unsigned>(CUPTI_API_VERSION), static_cast<unsigned>(version));
@@ -99,7 +131,8 @@ extern "C" int InitializeInjection(void) {
     }
     report("cuptiActivityRegisterCallbacks",
            cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-    report("cuptiActivityEnable", cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    for (CUpti_ActivityKind kind : kTraced)
+        report("cuptiActivityEnable", cuptiActivityEnable(kind));
     std::atexit(finish);
     return 1;
 }

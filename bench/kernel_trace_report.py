@@ -3,13 +3,14 @@
 libfg_kernel_trace.so wrote (bench/kernel_trace.cpp).
 
 The window is whole steps: from the end of the SKIP-th launch of the marker kernel (one that runs
-once a step: fusegrad's cross_entropy_rows_kernel, nanoGPT's compiled log-softmax kernel) to the
+once a step: fusegrad's cross_entropy_one_pass_kernel, nanoGPT's compiled log-softmax kernel) to the
 end of the (SKIP + STEPS)-th. Prints per step the window's wall time, the time the GPU ran at
 least one kernel, the kernels' summed time, their time by kind (matrix products, attention,
 norms, ...; names of fusegrad's kernels, cuBLAS / cuBLASLt, cuDNN and Triton's fused kernels
 alike), the longest kernels, and the longest gaps between kernels, by the kernels on either
-side. Memory copies and memsets are not in the trace: "GPU busy" is the time some kernel ran, and
-a copy or memset shows as a gap.
+side. Memory copies and memsets count as a kind of their own ("[memcpy ...]", "[memset ...]": a
+trace from before the library recorded them has none, and shows them as gaps): "GPU busy" is the
+time some kernel, copy or memset ran, and "kernels" counts the kernels alone.
 
 usage: kernel_trace_report.py TRACE --marker NAME [--skip 20] [--steps 20] [--top 25] [--gaps 8]
                               [--label L]
@@ -19,6 +20,7 @@ import collections
 import subprocess
 
 KINDS = [  # (kind, substrings of the lower-cased name), the first match wins
+    ("copies and memsets", ("[memcpy", "[memset")),
     ("attention", ("sdpa", "cudnn", "flash", "fmha")),
     ("matrix products", ("gemm", "xmma", "nvjet", "cutlass", "splitkreduce")),
     ("optimizer, gradient norm", ("adam", "multi_tensor", "sum_squares", "lpnorm")),
@@ -86,10 +88,13 @@ def main():
             busy += end - max(start, covered)
             covered, last = end, names[name]
     summed = sum(time.values())
+    copies = {n for n in time if n.startswith(("[memcpy", "[memset"))}
     per_step = lambda ns: ns / a.steps / 1e6  # noqa: E731
     print(f"{a.label or a.trace}: {a.steps} steps; a step: {per_step(hi - lo):.2f} ms wall, "
-          f"GPU busy {per_step(busy):.2f} ms, kernels summed {per_step(summed):.2f} ms, "
-          f"{len(window) / a.steps:.0f} kernels")
+          f"GPU busy {per_step(busy):.2f} ms, kernels summed "
+          f"{per_step(sum(ns for n, ns in time.items() if n not in copies)):.2f} ms, "
+          f"{sum(c for n, c in launches.items() if n not in copies) / a.steps:.0f} kernels, "
+          f"{sum(launches[n] for n in copies) / a.steps:.0f} copies and memsets")
     by_kind = collections.Counter()
     for name, ns in time.items():
         by_kind[kind_of(name)] += ns

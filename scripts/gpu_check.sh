@@ -269,7 +269,7 @@ PY
                         > "$out/trace_fusegrad_$b.log" 2>&1 || status=1
                     echo "fusegrad_$b $start $(date +%s.%N)" >> "$out/trace_runs.txt"
                     python3 bench/kernel_trace_report.py "$dir.txt" --skip 20 --steps 30 \
-                        --marker cross_entropy_rows_kernel --label "fusegrad, $b x 1024" |
+                        --marker cross_entropy_one_pass_kernel --label "fusegrad, $b x 1024" |
                         tee "$out/trace_fusegrad_$b.md" || status=1
                     if [ -n "${NANOGPT_DIR:-}" ]; then
                         trace=/tmp/nanogpt-trace-$b.txt && rm -f "$trace"
