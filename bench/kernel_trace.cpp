@@ -1,5 +1,6 @@
 // bench/kernel_trace.cpp: libfg_kernel_trace.so, a CUPTI injection library that records the GPU
-// start and end of every kernel, memory copy and memset a process runs, as it runs them: those
+// start and end of every kernel, memory copy (peer-to-peer ones aside) and memset a process runs,
+// as it runs them: those
 // inside CUDA graphs included, nothing serialised or replayed. Nsight Compute
 // (bench/kernel_times.py) times each kernel alone, at whatever clock the card holds between
 // kernels, with the caches flushed; this library sees the kernels inside the step, at the clock
@@ -38,7 +39,6 @@ const char* copy_kind(uint8_t kind) {
         case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
         case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
         case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "HtoH";
-        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "PtoP";
         default: return "other";
     }
 }
@@ -63,15 +63,19 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
         const char* label = name;
         if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-            start = kernel->start, end = kernel->end, label = kernel->name;
+            start = kernel->start;
+            end = kernel->end;
+            label = kernel->name;
         } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-            start = copy->start, end = copy->end;
+            start = copy->start;
+            end = copy->end;
             std::snprintf(name, sizeof name, "[memcpy %s %llu bytes]", copy_kind(copy->copyKind),
                           static_cast<unsigned long long>(copy->bytes));
         } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const auto* set = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-            start = set->start, end = set->end;
+            start = set->start;
+            end = set->end;
             std::snprintf(name, sizeof name, "[memset %llu bytes]",
                           static_cast<unsigned long long>(set->bytes));
         } else {

@@ -7,8 +7,8 @@ once a step: fusegrad's cross_entropy_one_pass_kernel, nanoGPT's compiled log-so
 end of the (SKIP + STEPS)-th. Prints per step the window's wall time, the time the GPU ran at
 least one kernel, the kernels' summed time, their time by kind (matrix products, attention,
 norms, ...; names of fusegrad's kernels, cuBLAS / cuBLASLt, cuDNN and Triton's fused kernels
-alike), the longest kernels, and the longest gaps between kernels, by the kernels on either
-side. Memory copies and memsets count as a kind of their own ("[memcpy ...]", "[memset ...]": a
+alike), the longest kernels, copies and memsets, and the longest gaps with nothing running, by
+what ran on either side. Memory copies and memsets count as a kind of their own ("[memcpy ...]", "[memset ...]": a
 trace from before the library recorded them has none, and shows them as gaps): "GPU busy" is the
 time some kernel, copy or memset ran, and "kernels" counts the kernels alone.
 
@@ -93,17 +93,19 @@ def main():
     print(f"{a.label or a.trace}: {a.steps} steps; a step: {per_step(hi - lo):.2f} ms wall, "
           f"GPU busy {per_step(busy):.2f} ms, kernels summed "
           f"{per_step(sum(ns for n, ns in time.items() if n not in copies)):.2f} ms, "
-          f"{sum(c for n, c in launches.items() if n not in copies) / a.steps:.0f} kernels, "
-          f"{sum(launches[n] for n in copies) / a.steps:.0f} copies and memsets")
+          f"{sum(c for n, c in launches.items() if n not in copies) / a.steps:.0f} kernels; "
+          f"copies and memsets: {sum(launches[n] for n in copies) / a.steps:.0f}")
+    print("  by kind (ms a step, share of the kernels', copies' and memsets' summed time):")
     by_kind = collections.Counter()
     for name, ns in time.items():
         by_kind[kind_of(name)] += ns
     for kind, ns in by_kind.most_common():
         print(f"  {kind:30s} {per_step(ns):8.3f} ms  {100 * ns / summed:5.1f}%")
-    print("  the longest kernels (ms a step, launches a step, name):")
+    print("  the longest kernels, copies and memsets (ms a step, launches a step, name):")
     for name, ns in time.most_common(a.top):
         print(f"  {per_step(ns):8.3f} {launches[name] / a.steps:6.1f}  {name[:140]}")
-    print("  the longest gaps without a kernel (ms a step, gaps a step, kernels before / after):")
+    print("  the longest gaps with nothing running (ms a step, gaps a step, what ran before / "
+          "after):")
     for (before, after), ns in gap_time.most_common(a.gaps):
         print(f"  {per_step(ns):8.3f} {gap_count[(before, after)] / a.steps:6.1f}  "
               f"{before[:70]}  /  {after[:70]}")

@@ -89,11 +89,13 @@ std::string linear_epilogue_failure();
 // Softmax over the last dim. causal: x is (..., Tq, Tk) and query i sees keys j <= i + Tk - Tq.
 Tensor softmax(const Tensor& x, bool causal = false);
 // Mean over rows of -log softmax(logits)[target]: logits (..., V), targets i32 (...). Rows whose
-// target is ignore_index are left out of the mean. Logits handed over (a temporary, or moved in)
-// on CUDA, where a backward will follow (grad mode, logits needing a gradient): the forward reads
-// each row once and writes the logits' gradient over them for a loss gradient of expected_dloss
-// (a training step's 1 / micro-batches); the backward then only rescales if the gradient that
-// arrives differs. Logits the caller keeps are left as they are.
+// target is ignore_index are left out of the mean. Logits handed over (a temporary, or moved in;
+// not a view of one, whose storage the temporary still holds) on CUDA, where a backward will
+// follow (grad mode, logits needing a gradient) and a row fits one block's shared memory: the
+// forward reads each row once and writes the logits' gradient over them for a loss gradient of
+// expected_dloss (a training step's 1 / micro-batches). The backward then does nothing if the
+// gradient that arrives is exactly that float, and otherwise rescales the buffer (a pass more than
+// the two-pass form, rounded twice). Logits the caller keeps are left as they are.
 Tensor cross_entropy(Tensor logits, const Tensor& targets, int ignore_index = -1,
                      float expected_dloss = 1.0f);
 

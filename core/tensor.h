@@ -82,7 +82,8 @@ public:
     Tensor slice(std::int64_t start, std::int64_t end) const;  // rows [start, end) of dim 0
     Tensor detach() const;  // same storage, cut from the graph
     // Whether this handle is the only way to its memory: no other handle to the same tensor, no
-    // other tensor (a view, a detached copy) on its storage. An op may then overwrite it.
+    // other tensor (a view, a detached copy) on its storage. An op on fusegrad's one stream may
+    // then overwrite it.
     bool sole_holder() const;
 
     // Autograd.

@@ -348,7 +348,7 @@ void cross_entropy_forward(ScalarType type, const void* logits, const int* targe
 bool cross_entropy_one_pass_fits(ScalarType type, long long cols) {
     bool fits = false;
     with_float_type(type, "cross_entropy_one_pass", [&](auto tag) {
-        // 1 KiB left for the kernel's static shared memory (the reductions' 32 floats).
+        // A margin of 1 KiB for the kernel's static shared memory (the reductions' 32 floats).
         fits = one_pass_smem(sizeof(tag), cols) + 1024 <=
                static_cast<std::size_t>(device_info().smem_per_block_optin);
     });

@@ -36,7 +36,7 @@ void cross_entropy_backward(ScalarType type, const void* logits, const int* targ
 // the loss to get), each row read once and kept in shared memory. dlogits may be the logits.
 // Only where cross_entropy_one_pass_fits (a row of `cols` values in one block's shared memory).
 // Its backward, cross_entropy_one_pass_backward, changes nothing where the loss's gradient *dloss
-// is expected_dloss, and otherwise scales the count values of dlogits by dloss / expected_dloss.
+// is expected_dloss, and otherwise scales the first `count` values of dlogits by dloss / expected_dloss.
 bool cross_entropy_one_pass_fits(ScalarType type, long long cols);
 void cross_entropy_one_pass(ScalarType type, const void* logits, const int* targets,
                             long long rows, long long cols, int ignore_index,

@@ -249,8 +249,8 @@ PY
             # batches (bench/nanogpt_gpt2.py, 50 steps) under the same library; the card's SM
             # clock, power and throttle reasons sampled alongside (trace_clocks.csv), summed for
             # each run. The window: steps 21-50 (fusegrad) and 21-45 (nanoGPT), told apart by a
-            # kernel that runs once a step (TRACE_NANOGPT_MARKER: Inductor's name for nanoGPT's
-            # loss kernel).
+            # kernel that runs once a step (fusegrad's one-pass loss kernel, which a bf16 GPT-2
+            # row fits; TRACE_NANOGPT_MARKER: Inductor's name for nanoGPT's loss kernel).
             lib=$PWD/build-gpu/bench/libfg_kernel_trace.so
             if [ ! -f "$lib" ]; then
                 echo "trace: $lib was not built (CMake found no CUPTI)"; status=1

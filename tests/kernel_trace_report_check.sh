@@ -26,7 +26,7 @@ expect() {
     grep -qE "$1" <<< "$out" || { echo "missing: $1" >&2; exit 1; }
 }
 expect "^made-up: 2 steps; a step: 2.00 ms wall, GPU busy 1.40 ms, kernels summed 1.35 ms, "\
-"4 kernels, 1 copies and memsets$"
+"4 kernels; copies and memsets: 1$"
 expect "^  matrix products +1.000 ms +64.5%$"
 expect "^  norms +0.200 ms +12.9%$"
 expect "^  copies and memsets +0.200 ms +12.9%$"

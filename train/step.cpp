@@ -13,11 +13,12 @@ void training_step(GPT& model, Optimizer& opt, std::int64_t grad_accum, double g
     hooks.begin();
     // The losses are summed where they are computed: nothing waits for the host here.
     Tensor loss_sum;
+    // The loss's gradient is known before the backward (the mean over micro-batches): the loss
+    // writes the logits' gradient as it reads them, once, for exactly the float that scale's
+    // backward sends (float(loss_grad)); another float would cost the loss a rescaling pass.
+    const double loss_grad = 1.0 / static_cast<double>(grad_accum);
     for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
         const Batch b = hooks.micro_batch(micro);
-        // The loss's gradient is known before the backward (the mean over micro-batches): the
-        // loss writes the logits' gradient as it reads them, once.
-        const double loss_grad = 1.0 / static_cast<double>(grad_accum);
         Tensor loss = model.loss(model.forward(b.inputs), b.targets, -1,
                                  static_cast<float>(loss_grad));
         if (micro == grad_accum - 1) hooks.before_last_backward();
