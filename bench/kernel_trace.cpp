@@ -14,17 +14,31 @@
 // this way is traced: the library takes CUDA_INJECTION64_PATH out of the environment, so the
 // processes it starts (compile workers) neither load it nor rewrite FILE. Records CUPTI dropped
 // or left incomplete are counted on stderr at exit.
-#include <cupti.h>
+// Who asks for the memsets: every asynchronous memset call, to the runtime (cudaMemsetAsync) or
+// to the driver (cuMemsetD8Async and kin, which the runtime's may call in turn: a call can count
+// at both), is attributed to the first library on its call stack that is not CUDA's own
+// (libcublasLt, libcudnn_..., the program), and FILE ends with a line "# memset API:LIBRARY BYTES
+// CALLS" for each API, library and size. These are API calls over the whole run: a captured
+// graph's memsets are called once, at its capture, and then replayed.
+#include <cupti.h>  // with the driver calls' parameter structs (generated_cuda_meta.h)
+#include <dlfcn.h>
+#include <execinfo.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
+#include <utility>
 
 namespace {
 
 std::mutex guard;             // the buffer callback runs on CUPTI's thread
 FILE* trace_file = nullptr;   // under guard
 unsigned long long dropped = 0, incomplete = 0;  // under guard
+std::map<std::pair<std::string, unsigned long long>, unsigned long long> memset_calls;  // guard
+CUpti_SubscriberHandle subscriber = nullptr;
 
 void report(const char* what, CUptiResult result) {
     if (result == CUPTI_SUCCESS) return;
@@ -94,13 +108,85 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
     std::free(buffer);
 }
 
+// The file name of the first caller on this thread's stack outside CUDA's libraries and this one.
+std::string calling_library() {
+    void* frames[48];
+    const int depth = backtrace(frames, 48);
+    for (int i = 0; i < depth; ++i) {
+        Dl_info info{};
+        if (!dladdr(frames[i], &info) || !info.dli_fname) continue;
+        const char* file = std::strrchr(info.dli_fname, '/');
+        file = file ? file + 1 : info.dli_fname;
+        if (std::strncmp(file, "libcuda.", 8) != 0 && std::strncmp(file, "libcudart", 9) != 0 &&
+            std::strncmp(file, "libcupti", 8) != 0 && std::strstr(file, "kernel_trace") == nullptr)
+            return *file ? file : "(the program)";
+    }
+    return "(unknown)";
+}
+
+constexpr CUpti_CallbackId kDriverMemsetCalls[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,  CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz};
+constexpr CUpti_CallbackId kRuntimeMemsetCalls[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000};
+
+// The bytes a memset call (one of the two lists above) sets, from its parameters.
+template <typename Params>
+unsigned long long count_of(const void* params) {
+    return static_cast<const Params*>(params)->count;
+}
+template <typename Params>
+unsigned long long n_of(const void* params) {
+    return static_cast<const Params*>(params)->N;
+}
+unsigned long long memset_bytes(CUpti_CallbackDomain domain, CUpti_CallbackId id,
+                                const void* params) {
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
+        return id == CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020
+                   ? count_of<cudaMemsetAsync_v3020_params>(params)
+                   : count_of<cudaMemsetAsync_ptsz_v7000_params>(params);
+    switch (id) {
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
+            return n_of<cuMemsetD8Async_params>(params);
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz:
+            return n_of<cuMemsetD8Async_ptsz_params>(params);
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async:
+            return 2 * n_of<cuMemsetD16Async_params>(params);
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz:
+            return 2 * n_of<cuMemsetD16Async_ptsz_params>(params);
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
+            return 4 * n_of<cuMemsetD32Async_params>(params);
+        default:  // cuMemsetD32Async_ptsz
+            return 4 * n_of<cuMemsetD32Async_ptsz_params>(params);
+    }
+}
+
+// An asynchronous memset, as it is called (on the calling thread): counted by API, library, size.
+void CUPTIAPI on_memset_call(void*, CUpti_CallbackDomain domain, CUpti_CallbackId id,
+                             const void* data) {
+    const auto* call = static_cast<const CUpti_CallbackData*>(data);
+    if (call->callbackSite != CUPTI_API_ENTER) return;
+    const unsigned long long bytes = memset_bytes(domain, id, call->functionParams);
+    std::string library = (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "runtime:" : "driver:") +
+                          calling_library();
+    std::lock_guard<std::mutex> lock(guard);
+    ++memset_calls[{library, bytes}];
+}
+
 constexpr CUpti_ActivityKind kTraced[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                            CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 
 void finish() {
     for (CUpti_ActivityKind kind : kTraced) cuptiActivityDisable(kind);
+    if (subscriber) cuptiUnsubscribe(subscriber);
     report("cuptiActivityFlushAll", cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     std::lock_guard<std::mutex> lock(guard);
+    for (const auto& [key, calls] : memset_calls)
+        if (trace_file)
+            std::fprintf(trace_file, "# memset %s %llu %llu\n", key.first.c_str(), key.second,
+                         calls);
     if (dropped || incomplete)
         std::fprintf(stderr, "kernel_trace: %llu records dropped, %llu incomplete\n",
                      dropped, incomplete);
@@ -137,6 +223,16 @@ extern "C" int InitializeInjection(void) {
            cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     for (CUpti_ActivityKind kind : kTraced)
         report("cuptiActivityEnable", cuptiActivityEnable(kind));
+    report("cuptiSubscribe", cuptiSubscribe(&subscriber, on_memset_call, nullptr));
+    // Those calls alone: every other call stays as fast as untraced.
+    for (CUpti_CallbackId id : kDriverMemsetCalls)
+        if (subscriber)
+            report("cuptiEnableCallback",
+                   cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
+    for (CUpti_CallbackId id : kRuntimeMemsetCalls)
+        if (subscriber)
+            report("cuptiEnableCallback",
+                   cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id));
     std::atexit(finish);
     return 1;
 }

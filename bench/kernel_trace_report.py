@@ -3,14 +3,15 @@
 libfg_kernel_trace.so wrote (bench/kernel_trace.cpp).
 
 The window is whole steps: from the end of the SKIP-th launch of the marker kernel (one that runs
-once a step: fusegrad's cross_entropy_one_pass_kernel, nanoGPT's compiled log-softmax kernel) to the
-end of the (SKIP + STEPS)-th. Prints per step the window's wall time, the time the GPU ran at
-least one kernel, the kernels' summed time, their time by kind (matrix products, attention,
-norms, ...; names of fusegrad's kernels, cuBLAS / cuBLASLt, cuDNN and Triton's fused kernels
-alike), the longest kernels, copies and memsets, and the longest gaps with nothing running, by
-what ran on either side. Memory copies and memsets count as a kind of their own ("[memcpy ...]", "[memset ...]": a
-trace from before the library recorded them has none, and shows them as gaps): "GPU busy" is the
-time some kernel, copy or memset ran, and "kernels" counts the kernels alone.
+once a step: fusegrad's cross_entropy_one_pass_kernel, nanoGPT's compiled log-softmax kernel) to
+the end of the (SKIP + STEPS)-th. Prints per step the window's wall time, the time the GPU ran at
+least one kernel, the kernels' summed time, their time by kind (matrix products, attention, norms,
+...; names of fusegrad's kernels, cuBLAS / cuBLASLt, cuDNN and Triton's fused kernels alike), the
+longest kernels, copies and memsets, and the longest gaps with nothing running, by what ran on
+either side. Memory copies and memsets count as a kind of their own ("[memcpy ...]", "[memset
+...]": a trace from before the library recorded them has none, and shows them as gaps): "GPU busy"
+is the time some kernel, copy or memset ran, and "kernels" counts the kernels alone. Last, the
+memset calls by the library that made them (the trace's "# memset" lines), over the whole run.
 
 usage: kernel_trace_report.py TRACE --marker NAME [--skip 20] [--steps 20] [--top 25] [--gaps 8]
                               [--label L]
@@ -59,8 +60,11 @@ def main():
     ap.add_argument("--gaps", type=int, default=8)
     ap.add_argument("--label", default="")
     a = ap.parse_args()
-    kernels = []
+    kernels, memset_calls = [], []
     for number, line in enumerate(open(a.trace), 1):
+        if line.startswith("# memset "):  # library, bytes, calls
+            memset_calls.append(line.split()[2:5])
+            continue
         fields = line.rstrip("\n").split(" ", 2)
         if len(fields) != 3 or not fields[0].isdigit() or not fields[1].isdigit():
             raise SystemExit(f"{a.trace}:{number}: not 'start_ns end_ns name' (a trace cut short "
@@ -109,6 +113,12 @@ def main():
     for (before, after), ns in gap_time.most_common(a.gaps):
         print(f"  {per_step(ns):8.3f} {gap_count[(before, after)] / a.steps:6.1f}  "
               f"{before[:70]}  /  {after[:70]}")
+
+    if memset_calls:
+        print("  memset calls over the whole run, by the library that made them (a captured "
+              "step's once, at its capture): calls, bytes each, API:library")
+        for library, size, calls in sorted(memset_calls, key=lambda m: -int(m[2])):
+            print(f"  {int(calls):8d} {int(size):12d}  {library}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 # the product's last 0.1 ms, a 0.1 ms loss kernel (the marker) and a 0.2 ms memset after it,
 # written out of order as CUPTI may hand them over, and in the window's last step a 0.3 ms kernel
 # on another stream beside the marker, of which 0.1 ms lies in the window. Steps 2-3 (--skip 1
-# --steps 2): 2 ms wall, 1.4 ms busy, 1.35 ms of kernels, gaps of 0.3, 0.2 and 0.1 ms a step.
-# Asking for more steps than the trace holds is refused, and so is a line cut short.
+# --steps 2): 2 ms wall, 1.4 ms busy, 1.35 ms of kernels, gaps of 0.3, 0.2 and 0.1 ms a step;
+# the tracer's closing "# memset" lines listed by calls. Asking for more steps than the trace
+# holds is refused, and so is a line cut short.
 set -euo pipefail
 python=$1 src=$2
 trace=$(mktemp /tmp/fg_kernel_trace.XXXXXX)
@@ -19,6 +20,8 @@ for s in 4 3 2 1 0; do
 done > "$trace"
 # On another stream, beside the window's last marker and 0.2 ms past it: counted up to the end.
 echo "7200000 7500000 embedding_backward_kernel" >> "$trace"
+# The tracer's closing lines: memset calls by library, bytes and calls.
+printf '# memset runtime:libcudnn_engines.so.9 4 24\n# memset driver:libcublasLt.so.13 4 97\n' >> "$trace"
 out=$("$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy_rows_kernel \
       --skip 1 --steps 2 --label made-up)
 echo "$out"
@@ -38,6 +41,8 @@ expect "^ +1.000 +1.0  nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT$"
 expect "^ +0.300 +1.0  \[memset 4096 bytes\]  /  nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA"
 expect "^ +0.200 +1.0  .*cross_entropy_rows_kernel.*  /  \[memset 4096 bytes\]"
 expect "^ +0.100 +1.0  norm_forward_kernel  /  .*cross_entropy_rows_kernel"
+expect "^ +97 +4  driver:libcublasLt.so.13$"
+expect "^ +24 +4  runtime:libcudnn_engines.so.9$"
 if "$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy_rows_kernel \
        --skip 3 --steps 2 > /dev/null 2>&1; then
     echo "a window past the trace's last step was not refused" >&2; exit 1
