@@ -62,8 +62,12 @@ def main():
     a = ap.parse_args()
     kernels, memset_calls = [], []
     for number, line in enumerate(open(a.trace), 1):
-        if line.startswith("# memset "):  # library, bytes, calls
-            memset_calls.append(line.split()[2:5])
+        if line.startswith("# memset "):  # API:library, bytes, calls
+            fields = line.split()
+            if len(fields) != 5 or not fields[3].isdigit() or not fields[4].isdigit():
+                raise SystemExit(f"{a.trace}:{number}: not '# memset API:LIBRARY BYTES CALLS' (a "
+                                 f"trace cut short?): {line.strip()[:80]!r}")
+            memset_calls.append(fields[2:5])
             continue
         fields = line.rstrip("\n").split(" ", 2)
         if len(fields) != 3 or not fields[0].isdigit() or not fields[1].isdigit():

@@ -6,7 +6,7 @@
 # on another stream beside the marker, of which 0.1 ms lies in the window. Steps 2-3 (--skip 1
 # --steps 2): 2 ms wall, 1.4 ms busy, 1.35 ms of kernels, gaps of 0.3, 0.2 and 0.1 ms a step;
 # the tracer's closing "# memset" lines listed by calls. Asking for more steps than the trace
-# holds is refused, and so is a line cut short.
+# holds is refused, and so is a record line or a memset line cut short.
 set -euo pipefail
 python=$1 src=$2
 trace=$(mktemp /tmp/fg_kernel_trace.XXXXXX)
@@ -21,7 +21,8 @@ done > "$trace"
 # On another stream, beside the window's last marker and 0.2 ms past it: counted up to the end.
 echo "7200000 7500000 embedding_backward_kernel" >> "$trace"
 # The tracer's closing lines: memset calls by library, bytes and calls.
-printf '# memset runtime:libcudnn_engines.so.9 4 24\n# memset driver:libcublasLt.so.13 4 97\n' >> "$trace"
+echo "# memset runtime:libcudnn_engines.so.9 4 24" >> "$trace"
+echo "# memset driver:libcublasLt.so.13 4 97" >> "$trace"
 out=$("$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy_rows_kernel \
       --skip 1 --steps 2 --label made-up)
 echo "$out"
@@ -54,5 +55,13 @@ if msg=$("$python" "$src/bench/kernel_trace_report.py" "$trace.cut" --skip 0 --s
     echo "a line cut short was not refused" >&2; exit 1
 fi
 grep -qF "$trace.cut:4: not 'start_ns end_ns name'" <<< "$msg" ||
+    { echo "message: $msg" >&2; exit 1; }
+# So is a memset line cut short.
+head -3 "$trace" > "$trace.cut" && echo "# memset driver:libcublasLt.so.13 4" >> "$trace.cut"
+if msg=$("$python" "$src/bench/kernel_trace_report.py" "$trace.cut" --skip 0 --steps 1 \
+         --marker cross_entropy_rows_kernel 2>&1); then
+    echo "a memset line cut short was not refused" >&2; exit 1
+fi
+grep -qF "$trace.cut:4: not '# memset API:LIBRARY BYTES CALLS'" <<< "$msg" ||
     { echo "message: $msg" >&2; exit 1; }
 echo "kernel_trace_report.py: the expected figures"

@@ -1,5 +1,7 @@
 // tests/test_errors.cpp: every bad input the ops check, sent on purpose; the message must name the
 // op in brackets and say what was expected and what came.
+#include <limits>
+
 #include "core/cuda_backend.h"
 #include "core/error.h"
 #include "test_helpers.h"
@@ -49,6 +51,10 @@ TEST_CASE("index errors name the bad index and the bound", "[errors]") {
                                       0.0f),
                         ContainsSubstring("[cross_entropy] expected_dloss must be finite and "
                                           "non-zero, got 0"));
+    REQUIRE_THROWS_WITH(cross_entropy(Tensor::zeros({2, 3}), Tensor::zeros({2}, DType::i32), -1,
+                                      std::numeric_limits<float>::quiet_NaN()),
+                        ContainsSubstring("[cross_entropy] expected_dloss must be finite and "
+                                          "non-zero, got nan"));
 }
 
 TEST_CASE("bad arguments are rejected", "[errors]") {

@@ -119,20 +119,6 @@ Tensor cross_entropy_backward(const CrossEntropySaved& s, const Tensor& g) {
     return dx;
 }
 
-void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets) {
-    check_defined(op, logits, "logits");
-    check_defined(op, targets, "targets");
-    check_arithmetic_dtype(op, logits);
-    check_same_device(op, logits, targets);
-    FG_CHECK(targets.dtype() == DType::i32, op, "targets must be i32, got ",
-             dtype_name(targets.dtype()));
-    FG_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, op,
-             "logits need a non-empty last (class) dim, got ", shape_str(logits.shape()));
-    Shape lead(logits.shape().begin(), logits.shape().end() - 1);
-    FG_CHECK(targets.shape() == lead, op, "targets have shape ", shape_str(targets.shape()),
-             ", logits ", shape_str(logits.shape()), " need targets of shape ", shape_str(lead));
-}
-
 // The loss in the forward, its gradient in the backward: each reads the logits.
 Tensor cross_entropy_two_pass(const Tensor& logits, const Tensor& targets, int ignore_index) {
     const char* op = "cross_entropy";
@@ -193,7 +179,17 @@ Tensor softmax(const Tensor& x, bool causal) {
 Tensor cross_entropy(Tensor logits, const Tensor& targets, int ignore_index,
                      float expected_dloss) {
     const char* op = "cross_entropy";
-    check_cross_entropy(op, logits, targets);
+    check_defined(op, logits, "logits");
+    check_defined(op, targets, "targets");
+    check_arithmetic_dtype(op, logits);
+    check_same_device(op, logits, targets);
+    FG_CHECK(targets.dtype() == DType::i32, op, "targets must be i32, got ",
+             dtype_name(targets.dtype()));
+    FG_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, op,
+             "logits need a non-empty last (class) dim, got ", shape_str(logits.shape()));
+    Shape lead(logits.shape().begin(), logits.shape().end() - 1);
+    FG_CHECK(targets.shape() == lead, op, "targets have shape ", shape_str(targets.shape()),
+             ", logits ", shape_str(logits.shape()), " need targets of shape ", shape_str(lead));
     FG_CHECK(std::isfinite(expected_dloss) && expected_dloss != 0.0f, op,
              "expected_dloss must be finite and non-zero, got ", expected_dloss);
     // One pass where a backward will follow and the logits were handed over (no one can read
