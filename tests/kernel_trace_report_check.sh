@@ -48,20 +48,17 @@ if "$python" "$src/bench/kernel_trace_report.py" "$trace" --marker cross_entropy
        --skip 3 --steps 2 > /dev/null 2>&1; then
     echo "a window past the trace's last step was not refused" >&2; exit 1
 fi
-# A line cut short (its process killed while writing) is refused, naming the file and line.
-head -3 "$trace" > "$trace.cut" && echo "10400000 1040" >> "$trace.cut"
-if msg=$("$python" "$src/bench/kernel_trace_report.py" "$trace.cut" --skip 0 --steps 1 \
-         --marker cross_entropy_rows_kernel 2>&1); then
-    echo "a line cut short was not refused" >&2; exit 1
-fi
-grep -qF "$trace.cut:4: not 'start_ns end_ns name'" <<< "$msg" ||
-    { echo "message: $msg" >&2; exit 1; }
-# So is a memset line cut short.
-head -3 "$trace" > "$trace.cut" && echo "# memset driver:libcublasLt.so.13 4" >> "$trace.cut"
-if msg=$("$python" "$src/bench/kernel_trace_report.py" "$trace.cut" --skip 0 --steps 1 \
-         --marker cross_entropy_rows_kernel 2>&1); then
-    echo "a memset line cut short was not refused" >&2; exit 1
-fi
-grep -qF "$trace.cut:4: not '# memset API:LIBRARY BYTES CALLS'" <<< "$msg" ||
-    { echo "message: $msg" >&2; exit 1; }
+# A line cut short (its process killed while writing) is refused, naming the file, the line and
+# the form it should have had: a kernel's line, and a memset callers' line.
+refuses_cut_line() {  # $1 the last line, $2 the form the message names, $3 what it is
+    head -3 "$trace" > "$trace.cut" && echo "$1" >> "$trace.cut"
+    if msg=$("$python" "$src/bench/kernel_trace_report.py" "$trace.cut" --skip 0 --steps 1 \
+             --marker cross_entropy_rows_kernel 2>&1); then
+        echo "$3 cut short was not refused" >&2; exit 1
+    fi
+    grep -qF "$trace.cut:4: not '$2'" <<< "$msg" || { echo "message: $msg" >&2; exit 1; }
+}
+refuses_cut_line "10400000 1040" "start_ns end_ns name" "a line"
+refuses_cut_line "# memset driver:libcublasLt.so.13 4" "# memset API:LIBRARY BYTES CALLS" \
+    "a memset line"
 echo "kernel_trace_report.py: the expected figures"
