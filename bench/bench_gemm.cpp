@@ -22,13 +22,19 @@
 // also times the calls a fusegrad step makes for each product, with the heuristic's algorithm and
 // autotuned (kernels/linear_lt.h: the forwards with their bias or GELU epilogue, the MLP's input
 // gradient with its GELU-gradient epilogue, kernels::gemm for the rest), so the table shows what
-// the step's own calls get from autotuning beside what the bare products could)
+// the step's own calls get from autotuning beside what the bare products could; --sustained S
+// then runs the step's products back to back, over and over for S seconds, with the fastest
+// algorithm found for each: the GEMMs of a step under a load that lasts, where the card's power
+// limit may hold its clock below what a product timed alone gets; the run is marked on stdout by
+// "energy: start" and "energy: stop" lines, for bench/gpu_energy.py to measure its energy)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -188,6 +194,56 @@ void fusegrad_call(const Product& p, const Tensor& a, const Tensor& b, Tensor& c
                                  " " + p.pass);
 }
 
+// A product the sustained run repeats: its plan, operands and fastest algorithm, and how many a
+// step makes.
+struct Held {
+    std::unique_ptr<LtProduct> product;
+    Tensor a, b, c;
+    int algorithm;
+    int count;
+};
+
+// Milliseconds a step's products take back to back (each `count` times), over `seconds` of them
+// queued one step after another: the host checks the time after queueing each step and runs ahead
+// of the GPU by at most the launch queue, so the GPU never waits between steps.
+double sustained_step_ms(const std::vector<Held>& held, double seconds) {
+    const auto one_step = [&] {
+        for (const Held& h : held)
+            for (int i = 0; i < h.count; ++i)
+                h.product->run(h.a.raw_data(), h.b.raw_data(), h.c.raw_data(), h.algorithm);
+    };
+    cudaStream_t s = kernels::stream();
+    one_step();  // untimed: the first launches of each plan
+    FG_CUDA_CHECK(cudaStreamSynchronize(s));
+    struct Events {  // destroyed on every way out
+        cudaEvent_t start = nullptr, stop = nullptr;
+        ~Events() {
+            if (start) cudaEventDestroy(start);
+            if (stop) cudaEventDestroy(stop);
+        }
+    } e;
+    FG_CUDA_CHECK(cudaEventCreate(&e.start));
+    FG_CUDA_CHECK(cudaEventCreate(&e.stop));
+    std::printf("energy: start\n");
+    std::fflush(stdout);
+    FG_CUDA_CHECK(cudaEventRecord(e.start, s));
+    const auto t0 = std::chrono::steady_clock::now();
+    long long steps = 0;
+    do {
+        one_step();
+        ++steps;
+    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <
+             seconds);
+    FG_CUDA_CHECK(cudaEventRecord(e.stop, s));
+    FG_CUDA_CHECK(cudaEventSynchronize(e.stop));
+    std::printf("energy: stop\n");
+    std::fflush(stdout);
+    float ms = 0.0f;
+    FG_CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
+    std::printf("sustained: %lld steps' GEMMs in %.2f s\n", steps, ms / 1e3);
+    return ms / steps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -195,6 +251,7 @@ int main(int argc, char** argv) {
     std::vector<double> step_ms;
     int algorithms = 1;
     bool calls = false;
+    double sustained_s = 0.0;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--tokens" && i + 1 < argc) token_counts.push_back(std::atoll(argv[++i]));
@@ -202,9 +259,10 @@ int main(int argc, char** argv) {
         else if (arg == "--algorithms" && i + 1 < argc)
             algorithms = std::max(1, std::atoi(argv[++i]));
         else if (arg == "--calls") calls = true;
+        else if (arg == "--sustained" && i + 1 < argc) sustained_s = std::atof(argv[++i]);
         else {
             std::fprintf(stderr, "usage: bench_gemm [--tokens M ...] [--step-ms MS ...] "
-                                 "[--algorithms K] [--calls]\n");
+                                 "[--algorithms K] [--calls] [--sustained S]\n");
             return 2;
         }
     }
@@ -232,6 +290,7 @@ int main(int argc, char** argv) {
                         M, algorithms);
             double total_ms = 0.0, total_flops = 0.0, best_total_ms = 0.0;
             double call_ms[2] = {0.0, 0.0};
+            std::vector<Held> held;  // with --sustained
             for (const Product& p : products) {
                 const double err = layout_error(lt, p, ws, ws_bytes);
                 if (!(err < 2e-2))
@@ -241,17 +300,18 @@ int main(int argc, char** argv) {
                 const Tensor b = p.trans_b ? bf16_randn(p.n, p.k) : bf16_randn(p.k, p.n);
                 Tensor c = Tensor::empty({p.m, p.n}, p.f32_out ? DType::f32 : DType::bf16,
                                          Device::cuda);
-                LtProduct product(lt, p.trans_a, p.trans_b, p.m, p.n, p.k,
-                                  p.f32_out ? CUDA_R_32F : CUDA_R_16BF, ws, ws_bytes, algorithms);
+                auto product = std::make_unique<LtProduct>(
+                    lt, p.trans_a, p.trans_b, p.m, p.n, p.k, p.f32_out ? CUDA_R_32F : CUDA_R_16BF,
+                    ws, ws_bytes, algorithms);
                 const auto time = [&](int algorithm) {
                     return timer.median_ms(
-                        [&] { product.run(a.raw_data(), b.raw_data(), c.raw_data(), algorithm); },
+                        [&] { product->run(a.raw_data(), b.raw_data(), c.raw_data(), algorithm); },
                         20);
                 };
                 const double ms = time(0);
                 double best_ms = ms;
                 int best = 0;
-                for (int i = 1; i < product.algorithms(); ++i) {
+                for (int i = 1; i < product->algorithms(); ++i) {
                     const double t = time(i);
                     if (t < best_ms) best_ms = t, best = i;
                 }
@@ -275,8 +335,9 @@ int main(int argc, char** argv) {
                 total_flops += flops * p.count;
                 std::printf("| %s | %s | %lld x %lld x %lld | %.1e | %.3f | %.0f | x%d | %.3f (%d of "
                             "%d) | %.3f, %.3f |\n", p.layer, p.pass, p.m, p.n, p.k, err, ms,
-                            flops / (ms * 1e9), p.count, best_ms, best, product.algorithms(),
+                            flops / (ms * 1e9), p.count, best_ms, best, product->algorithms(),
                             call[0], call[1]);
+                if (sustained_s > 0.0) held.push_back({std::move(product), a, b, c, best, p.count});
             }
             std::printf("GEMMs of a step: %.2f ms, %.1f TFLOP, %.0f TFLOP/s, %.0f tokens/s at most",
                         total_ms, total_flops / 1e12, total_flops / (total_ms * 1e9),
@@ -292,6 +353,12 @@ int main(int argc, char** argv) {
                             "autotuned (%.1f%% less)", call_ms[0], call_ms[1],
                             100.0 * (1.0 - call_ms[1] / call_ms[0]));
             std::printf("\n");
+            if (sustained_s > 0.0) {
+                const double ms = sustained_step_ms(held, sustained_s);
+                std::printf("the GEMMs of a step, sustained for %.0f s: %.2f ms, %.0f TFLOP/s (the "
+                            "fastest of %d alone each: %.2f ms)\n", sustained_s, ms,
+                            total_flops / (ms * 1e9), algorithms, best_total_ms);
+            }
         }
         cudaFree(ws);
         cublasLtDestroy(lt);
