@@ -15,18 +15,20 @@
 //   weight grad  dw (N, K) = dy (M, N)^T @ x (M, K)
 // Before timing, each product's layout is checked at a small size against float64 on the CPU.
 //
-// usage: bench_gemm [--tokens M ...] [--step-ms MS ...] [--algorithms K] [--calls]   (default M =
-// 16384 and 65536, GPT-2's 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured step time per
-// M to compare with; --algorithms K also times the heuristic's first K algorithms of each product
-// and sums the fastest: what choosing by measurement instead of by the heuristic would buy; --calls
-// also times the calls a fusegrad step makes for each product, with the heuristic's algorithm and
-// autotuned (kernels/linear_lt.h: the forwards with their bias or GELU epilogue, the MLP's input
-// gradient with its GELU-gradient epilogue, kernels::gemm for the rest), so the table shows what
-// the step's own calls get from autotuning beside what the bare products could; --sustained S
-// then runs the step's products back to back, over and over for S seconds, with the fastest
-// algorithm found for each: the GEMMs of a step under a load that lasts, where the card's power
-// limit may hold its clock below what a product timed alone gets; the run is marked on stdout by
-// "energy: start" and "energy: stop" lines, for bench/gpu_energy.py to measure its energy)
+// usage: bench_gemm [--tokens M ...] [--step-ms MS ...] [--algorithms K] [--calls] [--sustained S]
+// (default M = 16384 and 65536, GPT-2's 16 x 1024 and 64 x 1024 steps; --step-ms gives a measured
+// step time per M to compare with; --algorithms K also times the heuristic's first K algorithms of
+// each product and sums the fastest: what choosing by measurement instead of by the heuristic would
+// buy; --calls also times the calls a fusegrad step makes for each product, with the heuristic's
+// algorithm and autotuned (kernels/linear_lt.h: the forwards with their bias or GELU epilogue, the
+// MLP's input gradient with its GELU-gradient epilogue, kernels::gemm for the rest), so the table
+// shows what the step's own calls get from autotuning beside what the bare products could;
+// --sustained S then runs the step's products back to back, over and over for S seconds, with the
+// fastest algorithm found for each: the GEMMs of a step under a load that lasts, where the card's
+// power limit may hold its clock below what a product timed alone gets; the run is marked on stdout
+// by "energy: start" and "energy: stop" lines, for bench/gpu_energy.py to measure its energy; each
+// product runs its count in a row on the same operands, so L2 may keep what a step would fetch
+// again: 16 x 1024's activations fit in it, 64 x 1024's do not)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -355,9 +357,10 @@ int main(int argc, char** argv) {
             std::printf("\n");
             if (sustained_s > 0.0) {
                 const double ms = sustained_step_ms(held, sustained_s);
-                std::printf("the GEMMs of a step, sustained for %.0f s: %.2f ms, %.0f TFLOP/s (the "
-                            "fastest of %d alone each: %.2f ms)\n", sustained_s, ms,
-                            total_flops / (ms * 1e9), algorithms, best_total_ms);
+                std::printf("the GEMMs of a step, sustained for %.0f s: %.2f ms, %.0f TFLOP/s "
+                            "(timed one at a time, each with the fastest of its %d algorithms "
+                            "tried: %.2f ms)\n", sustained_s, ms, total_flops / (ms * 1e9),
+                            algorithms, best_total_ms);
             }
         }
         cudaFree(ws);

@@ -1,17 +1,18 @@
 """bench/gpu_energy.py: the energy a GPU spends while a command runs, from NVML's total-energy
-counter (millijoules since the driver loaded), with the card's power and SM clock sampled every
-20 ms beside it. NVML is reached through ctypes (libnvidia-ml.so.1, the driver's): no package.
+counter (millijoules since the driver loaded), with the card's power and SM clock sampled about
+every 20 ms beside it. NVML is reached through ctypes (libnvidia-ml.so.1, the driver's): no package.
 
 usage: python3 bench/gpu_energy.py [--gpu I] [--label TEXT] [--csv FILE] -- command ...
 
-The window measured: between the lines "energy: start" and "energy: stop" that the command
-prints (bench_gemm --sustained does), or, where it prints none, the middle 60% of the span in
-which the card drew more than 350 W (a training run's steady steps, without its start-up and
-its end). The command's output passes through; the summary follows it: the window's energy (J),
-its mean power (the counter's energy over the window's time, W), the sampled power's median and
-the SM clock's median, 10th and 90th percentiles (MHz). A step's energy is the mean power times
-its time. --csv keeps every sample (time s, energy mJ, power mW, SM clock MHz). The exit status
-is the command's."""
+The windows measured: each pair of lines "energy: start" and "energy: stop" that the command
+prints (bench_gemm --sustained prints one pair for each --tokens), one summary line a pair; where
+it prints none, the middle 60% of the span in which the card drew more than 350 W (a training
+run's steady steps, without its start-up and its end). The command's output passes through; the
+summaries follow it: the window's energy (J), its mean power (the counter's energy over the
+window's time, W), the sampled power's median and the SM clock's median, 10th and 90th
+percentiles (MHz). A step's energy is the mean power times its time. --csv keeps every sample
+(seconds from the first, energy mJ, power mW, SM clock MHz). The exit status is the command's
+(128 + the signal that ended it), or 1 where it succeeded but left nothing to measure."""
 import argparse
 import ctypes
 import subprocess
@@ -21,6 +22,7 @@ import time
 
 HOT_MW = 350_000  # above this the card is taken to be running the command's work
 NVML_CLOCK_SM = 1
+MARKS = {"energy: start": "start", "energy: stop": "stop"}
 
 
 def nvml_device(index):
@@ -29,39 +31,48 @@ def nvml_device(index):
     except OSError as e:
         sys.exit(f"gpu_energy: cannot load NVML (libnvidia-ml.so.1, the NVIDIA driver's): {e}")
     if nvml.nvmlInit_v2() != 0:
-        sys.exit("gpu_energy: nvmlInit failed: no NVIDIA driver running?")
+        sys.exit("gpu_energy: cannot use NVML: nvmlInit failed (no NVIDIA driver running?)")
     handle = ctypes.c_void_p()
     if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
-        sys.exit(f"gpu_energy: NVML has no GPU {index}")
-    energy = ctypes.c_ulonglong()
-    if nvml.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(energy)) != 0:
-        sys.exit(f"gpu_energy: GPU {index} has no energy counter (Volta and newer have one)")
+        sys.exit(f"gpu_energy: cannot use NVML: it has no GPU {index}")
+    if sample(nvml, handle) is None:
+        sys.exit(f"gpu_energy: cannot use NVML: GPU {index} has no energy counter, power or "
+                 "clock reading (the energy counter needs Volta or newer)")
     return nvml, handle
 
 
 def sample(nvml, handle):
+    """(time s, energy mJ, power mW, SM clock MHz), or None where NVML fails to read one."""
     energy, power, clock = ctypes.c_ulonglong(), ctypes.c_uint(), ctypes.c_uint()
-    nvml.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(energy))
-    nvml.nvmlDeviceGetPowerUsage(handle, ctypes.byref(power))
-    nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(clock))
-    return time.time(), energy.value, power.value, clock.value
+    now = time.monotonic()
+    if (nvml.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(energy)) != 0 or
+            nvml.nvmlDeviceGetPowerUsage(handle, ctypes.byref(power)) != 0 or
+            nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(clock)) != 0):
+        return None
+    return now, energy.value, power.value, clock.value
 
 
-def window(rows, marks):
-    """The first and last index of the samples measured, or None. rows: (time s, energy mJ,
-    power mW, SM clock MHz) by time; marks: (time, "start" or "stop") of the command's lines."""
-    starts = [t for t, what in marks if what == "start"]
-    if starts:
-        stops = [t for t, what in marks if what == "stop" and t > starts[0]]
-        if not stops:
-            return None
-        inside = [i for i, r in enumerate(rows) if starts[0] <= r[0] <= stops[0]]
-        return (inside[0], inside[-1]) if len(inside) >= 2 else None
+def windows(rows, marks):
+    """The (first, last) sample indices of each window measured, None for a marked window too
+    short to measure (under two samples). rows: (time s, energy mJ, power mW, SM clock MHz) by
+    time; marks: (time, "start" or "stop") of the command's marker lines, in order. A start
+    opens a window (a second start before a stop is ignored), the next stop closes it; a stop
+    with no open window and a start never closed are dropped. Without a start, the hot span."""
+    if any(what == "start" for _, what in marks):
+        spans, opened = [], None
+        for t, what in marks:
+            if what == "start" and opened is None:
+                opened = t
+            elif what == "stop" and opened is not None:
+                inside = [i for i, r in enumerate(rows) if opened <= r[0] <= t]
+                spans.append((inside[0], inside[-1]) if len(inside) >= 2 else None)
+                opened = None
+        return spans
     hot = [i for i, r in enumerate(rows) if r[2] > HOT_MW]
     if len(hot) < 10:
-        return None
+        return []
     first, last = hot[0], hot[-1]
-    return first + (last - first) // 5, last - (last - first) // 5
+    return [(first + (last - first) // 5, last - (last - first) // 5)]
 
 
 def summary(rows, span, label=""):
@@ -81,7 +92,7 @@ def summary(rows, span, label=""):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpu", type=int, default=0, help="NVML's index of the GPU (default 0)")
-    ap.add_argument("--label", default="", help="text to begin the summary line with")
+    ap.add_argument("--label", default="", help="text to begin each summary line with")
     ap.add_argument("--csv", help="write every sample to this file")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
     args = ap.parse_args()
@@ -93,36 +104,46 @@ def main():
 
     def sampler():
         while not done.is_set():
-            rows.append(sample(nvml, handle))
+            row = sample(nvml, handle)
+            if row is not None:  # a failed reading is skipped, not counted as zero
+                rows.append(row)
             time.sleep(0.02)
 
     thread = threading.Thread(target=sampler, daemon=True)
     thread.start()
     try:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, bufsize=1)
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                 errors="replace")
     except OSError as e:
         done.set()
         sys.exit(f"gpu_energy: cannot run {command[0]}: {e}")
     for line in child.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
-        if line.strip() in ("energy: start", "energy: stop"):
-            marks.append((time.time(), line.split()[-1]))
+        if line.strip() in MARKS:
+            marks.append((time.monotonic(), MARKS[line.strip()]))
     status = child.wait()
+    status = 128 - status if status < 0 else status  # killed by a signal: as a shell says it
     done.set()
     thread.join()
     if args.csv:
         with open(args.csv, "w") as f:
-            f.writelines("%.3f,%d,%d,%d\n" % r for r in rows)
-    span = window(rows, marks)
-    if span is None:
+            f.writelines("%.3f,%d,%d,%d\n" % ((r[0] - rows[0][0],) + r[1:]) for r in rows)
+    spans = windows(rows, marks)
+    if not spans:
         print("gpu_energy: nothing to measure%s: %s" % (
             f" for {args.label}" if args.label else "",
-            "an 'energy: start' line with no 'energy: stop' line after it, or too short a "
-            "window" if marks else "no start and stop lines, and too few samples over 350 W"),
-            file=sys.stderr)
+            "no 'energy: stop' line after an 'energy: start'" if marks else
+            "no start and stop lines, and too few samples over 350 W"), file=sys.stderr)
         return status or 1
-    print(summary(rows, span, args.label))
+    for k, span in enumerate(spans):
+        name = args.label + (f" (window {k + 1})" if len(spans) > 1 else "")
+        if span is None:
+            print(f"gpu_energy: {name + ': ' if name else ''}window too short to measure",
+                  file=sys.stderr)
+            status = status or 1
+        else:
+            print(summary(rows, span, name))
     return status
 
 
