@@ -207,41 +207,34 @@ struct Held {
 
 // Milliseconds a step's products take back to back (each `count` times), over `seconds` of them
 // queued one step after another: the host checks the time after queueing each step and runs ahead
-// of the GPU by at most the launch queue, so the GPU never waits between steps.
+// of the GPU by at most the launch queue, so the GPU never waits between steps. Timed on the host
+// from an idle stream to its end: over seconds of work, the first launch's and the last
+// synchronisation's latencies (microseconds) do not count.
 double sustained_step_ms(const std::vector<Held>& held, double seconds) {
     const auto one_step = [&] {
         for (const Held& h : held)
             for (int i = 0; i < h.count; ++i)
                 h.product->run(h.a.raw_data(), h.b.raw_data(), h.c.raw_data(), h.algorithm);
     };
+    using Clock = std::chrono::steady_clock;
+    const auto since = [](Clock::time_point t0) {
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
     cudaStream_t s = kernels::stream();
     one_step();  // untimed: the first launches of each plan
     FG_CUDA_CHECK(cudaStreamSynchronize(s));
-    struct Events {  // destroyed on every way out
-        cudaEvent_t start = nullptr, stop = nullptr;
-        ~Events() {
-            if (start) cudaEventDestroy(start);
-            if (stop) cudaEventDestroy(stop);
-        }
-    } e;
-    FG_CUDA_CHECK(cudaEventCreate(&e.start));
-    FG_CUDA_CHECK(cudaEventCreate(&e.stop));
     std::printf("energy: start\n");
     std::fflush(stdout);
-    FG_CUDA_CHECK(cudaEventRecord(e.start, s));
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     long long steps = 0;
     do {
         one_step();
         ++steps;
-    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <
-             seconds);
-    FG_CUDA_CHECK(cudaEventRecord(e.stop, s));
-    FG_CUDA_CHECK(cudaEventSynchronize(e.stop));
+    } while (since(t0) < seconds);
+    FG_CUDA_CHECK(cudaStreamSynchronize(s));
+    const double ms = 1e3 * since(t0);
     std::printf("energy: stop\n");
     std::fflush(stdout);
-    float ms = 0.0f;
-    FG_CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
     std::printf("sustained: %lld steps' GEMMs in %.2f s\n", steps, ms / 1e3);
     return ms / steps;
 }
@@ -261,8 +254,15 @@ int main(int argc, char** argv) {
         else if (arg == "--algorithms" && i + 1 < argc)
             algorithms = std::max(1, std::atoi(argv[++i]));
         else if (arg == "--calls") calls = true;
-        else if (arg == "--sustained" && i + 1 < argc) sustained_s = std::atof(argv[++i]);
-        else {
+        else if (arg == "--sustained" && i + 1 < argc) {
+            char* end = nullptr;
+            sustained_s = std::strtod(argv[++i], &end);
+            if (end == argv[i] || *end != '\0' || !(sustained_s > 0.0 && sustained_s <= 3600.0)) {
+                std::fprintf(stderr, "bench_gemm: --sustained wants seconds in (0, 3600] (got "
+                                     "'%s')\n", argv[i]);
+                return 2;
+            }
+        } else {
             std::fprintf(stderr, "usage: bench_gemm [--tokens M ...] [--step-ms MS ...] "
                                  "[--algorithms K] [--calls] [--sustained S]\n");
             return 2;

@@ -120,8 +120,9 @@ def main():
     for line in child.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
-        if line.strip() in MARKS:
-            marks.append((time.monotonic(), MARKS[line.strip()]))
+        mark = MARKS.get(line.strip())
+        if mark:
+            marks.append((time.monotonic(), mark))
     status = child.wait()
     status = 128 - status if status < 0 else status  # killed by a signal: as a shell says it
     done.set()

@@ -65,22 +65,29 @@ else  # a GPU machine: the command's output, then each window's energy
     done
 fi
 # The whole tool on CI's machines too, against a stand-in NVML (a card at a steady 500 W and
-# 1500 MHz whose energy counter runs with the clock): both marked windows at 500 W.
+# 1500 MHz whose energy counter runs with the clock; FAKE_NVML=init or energy makes that call
+# fail): both marked windows at 500 W, then each refusal with its message.
 fake=$(mktemp -d /tmp/fg_fake_nvml.XXXXXX)
 trap 'rm -rf "$fake"' EXIT
 cat > "$fake/nvml.c" <<'C'
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+static int fails(const char* what) {
+    const char* f = getenv("FAKE_NVML");
+    return f && strcmp(f, what) == 0;
+}
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
-int nvmlInit_v2(void) { return 0; }
+int nvmlInit_v2(void) { return fails("init") ? 1 : 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, void** h) { *h = (void*)1; return i == 0 ? 0 : 2; }
 int nvmlDeviceGetTotalEnergyConsumption(void* h, unsigned long long* mj) {
     (void)h;
     *mj = (unsigned long long)(now() * 500000.0);
-    return 0;
+    return fails("energy") ? 3 : 0;
 }
 int nvmlDeviceGetPowerUsage(void* h, unsigned* mw) { (void)h; *mw = 500000; return 0; }
 int nvmlDeviceGetClockInfo(void* h, int kind, unsigned* mhz) {
@@ -98,12 +105,37 @@ if cc -shared -fPIC -o "$fake/libnvidia-ml.so.1" "$fake/nvml.c" 2> "$fake/cc.log
 "(49[5-9]|50[0-5])\.[0-9] W \(sampled median 500 W\); SM clock median 1500 MHz" <<< "$out" ||
             { echo "missing the stand-in's window $w" >&2; exit 1; }
     done
-    set +e
-    LD_LIBRARY_PATH="$fake" "$python" "$src/bench/gpu_energy.py" --gpu 1 -- true 2> "$fake/err"
-    status=$?
-    set -e
-    [ "$status" -ne 0 ] && grep -q "cannot use NVML: it has no GPU 1" "$fake/err" ||
-        { echo "GPU 1 of the stand-in was not refused: $(cat "$fake/err")" >&2; exit 1; }
+    # refuses NAME STATUS MESSAGE ENV-AND-ARGS...: the tool with the stand-in exits with STATUS
+    # (any non-zero: "nonzero") and prints MESSAGE on stderr.
+    refuses() {
+        local name=$1 want=$2 message=$3 status
+        shift 3
+        set +e
+        env LD_LIBRARY_PATH="$fake" "$@" > /dev/null 2> "$fake/err"
+        status=$?
+        set -e
+        if [ "$want" = nonzero ]; then [ "$status" -ne 0 ]; else [ "$status" -eq "$want" ]; fi ||
+            { echo "$name: exit status $status" >&2; exit 1; }
+        grep -qF "$message" "$fake/err" ||
+            { echo "$name: missing '$message' in: $(cat "$fake/err")" >&2; exit 1; }
+    }
+    tool="$src/bench/gpu_energy.py"
+    refuses "no GPU 1" nonzero "gpu_energy: cannot use NVML: it has no GPU 1" \
+        "$python" "$tool" --gpu 1 -- true
+    refuses "init fails" nonzero "gpu_energy: cannot use NVML: nvmlInit failed" \
+        FAKE_NVML=init "$python" "$tool" -- true
+    refuses "no energy counter" nonzero "gpu_energy: cannot use NVML: GPU 0 has no energy counter" \
+        FAKE_NVML=energy "$python" "$tool" -- true
+    refuses "no such command" nonzero "gpu_energy: cannot run /nonexistent/command:" \
+        "$python" "$tool" -- /nonexistent/command
+    refuses "unmarked and short" 1 \
+        "gpu_energy: nothing to measure for short: no start and stop lines, and too few" \
+        "$python" "$tool" --label short -- true
+    refuses "never stopped" 1 "gpu_energy: nothing to measure: no 'energy: stop' line after" \
+        "$python" "$tool" -- sh -c 'echo "energy: start"'
+    refuses "too short a window" 1 "gpu_energy: brief: window too short to measure" \
+        "$python" "$tool" --label brief -- sh -c 'echo "energy: start"; echo "energy: stop"'
+    refuses "the command's own failure" 3 "" "$python" "$tool" -- sh -c 'exit 3'
     # A command ended by SIGTERM: its status as a shell gives it (128 + 15).
     set +e
     LD_LIBRARY_PATH="$fake" "$python" "$src/bench/gpu_energy.py" -- sh -c 'kill -TERM $$' \
