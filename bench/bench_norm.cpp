@@ -12,7 +12,7 @@
 // PyTorch's modules keep them).
 // Usage: bench_norm [--json PATH] [--quick] [--sweep] [--shape MxN]... [--weights f32|input]
 //                   [--dtype bf16|f32] [--norm layernorm|rmsnorm] [--columns NAME[,NAME]...]
-//                   [--kernel ref1|ref2|ref3|ref4|ref5|tuned|ladder]
+//                   [--kernel ref1|ref2|ref3|ref4|ref5|tuned|ladder] [--residual]
 //   --kernel: the rung of the ladder to time (kernels/norm/reference.h): ref1 (one thread a row),
 //   ref2 (one warp a row), ref3 (the row in registers, 16-byte vectors), ref4 (ref3 + dw / db by
 //   lock-guarded partial rows), ref5 (ref3 + a persistent grid's partial rows), tuned (the
@@ -22,7 +22,11 @@
 //   --sweep: % of copy under several tunings, after a copy of the forward's bytes (the ceiling
 //   of a pass that moves that little: launch, ramp-up and tail count for more);
 //   --shape: only these shapes (repeatable); --dtype, --norm: only that dtype, that norm;
-//   --columns: only these sweep columns (e.g. --columns "auto,loop 512x2,auto again").
+//   --columns: only these sweep columns (e.g. --columns "auto,loop 512x2,auto again");
+//   --residual: also the two kernels as a transformer block's norms run them, with the residual
+//   add fused: "fwd residual" (h = x + r written beside y: x, r read, h, y written, 4 M N s
+//   bytes) and "bwd grid + dh" (the residual stream's gradient dh added into dx: x, dy, dh read,
+//   dx written, 4 M N s), the tuned kernels only.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -66,7 +70,8 @@ Tensor unfused_norm(NormKind kind, const Tensor& x, const Tensor& w, const Tenso
 // `unfused`) unfused fwd and bwd.
 std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind, DType dt,
                              DType wt, NormShape s, bool unfused = true, bool locked = true,
-                             const kernels::NormTuning* tuning = nullptr, int reference = 0) {
+                             const kernels::NormTuning* tuning = nullptr, int reference = 0,
+                             bool residual = false) {
     const char* kname = kind == NormKind::rms ? "rmsnorm" : "layernorm";
     const double elem = static_cast<double>(dtype_size(dt));
     const double fwd_bytes = 2.0 * s.m * s.n * elem, bwd_bytes = 3.0 * s.m * s.n * elem;
@@ -112,6 +117,17 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
         else cuda.norm_forward(args);
     };
     add_row("fwd", timer.median_ms([&] { fused_forward(f); }), fwd_bytes);
+    const bool with_residual = residual && !reference;
+    Tensor r, h, dh;
+    if (with_residual) {  // --residual: h = x + r beside y
+        r = randn({s.m, s.n}, Device::cuda).to(dt);
+        h = Tensor::empty({s.m, s.n}, dt, Device::cuda);
+        dh = randn({s.m, s.n}, Device::cuda).to(dt);
+        kernels::NormForwardArgs fr = f;
+        fr.residual = r.raw_data();
+        fr.h_out = h.raw_data();
+        add_row("fwd residual", timer.median_ms([&] { cuda.norm_forward(fr); }), 2.0 * fwd_bytes);
+    }
 
     fused_forward(f);  // statistics for the backward
     for (NormReduction red : {NormReduction::grid, NormReduction::locked}) {
@@ -144,6 +160,12 @@ std::vector<Row> bench_shape(bench::Timer& timer, double copy_gbs, NormKind kind
         }
         add_row(std::string("bwd ") + kernels::norm_reduction_name(red),
                 timer.median_ms([&] { cuda.norm_backward(a); }), bwd_bytes);
+        if (with_residual && red == NormReduction::grid) {  // --residual: dx += dh
+            kernels::NormBackwardArgs ad = a;
+            ad.dh = dh.raw_data();
+            add_row("bwd grid + dh", timer.median_ms([&] { cuda.norm_backward(ad); }),
+                    bwd_bytes * 4.0 / 3.0);
+        }
     }
 
     // The forward as inference runs it: y alone. PyTorch's forward under no_grad writes no
@@ -365,7 +387,7 @@ int main(int argc, char** argv) {
     std::vector<NormKind> kinds{NormKind::layer, NormKind::rms};
     std::string columns;
     int reference = 0;  // --kernel: 0 tuned, 1 to 5 a reference version
-    bool do_ladder = false;
+    bool do_ladder = false, residual = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) {
             const std::string k = argv[++i];
@@ -384,6 +406,7 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
         if (std::strcmp(argv[i], "--sweep") == 0) do_sweep = true;
+        if (std::strcmp(argv[i], "--residual") == 0) residual = true;
         if (std::strcmp(argv[i], "--weights") == 0 && i + 1 < argc) {
             weights_f32 = std::strcmp(argv[++i], "f32") == 0;
             if (!weights_f32 && std::strcmp(argv[i], "input") != 0) {
@@ -460,7 +483,7 @@ int main(int argc, char** argv) {
             for (NormKind kind : kinds)
                 for (NormShape s : shapes) {
                     auto part = bench_shape(timer, copy, kind, dt, weights_f32 ? DType::f32 : dt,
-                                            s, true, true, nullptr, reference);
+                                            s, true, true, nullptr, reference, residual);
                     rows.insert(rows.end(), part.begin(), part.end());
                 }
         bench::print_table(rows);
