@@ -26,7 +26,7 @@
 //   --residual: also the two kernels as a transformer block's norms run them, with the residual
 //   add fused: "fwd residual" (h = x + r written beside y: x, r read, h, y written, 4 M N s
 //   bytes) and "bwd grid + dh" (the residual stream's gradient dh added into dx: x, dy, dh read,
-//   dx written, 4 M N s), the tuned kernels only.
+//   dx written, 4 M N s), the tuned kernels only; with --sweep, those two under each tuning.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -304,7 +304,8 @@ std::vector<SweepColumn> pick_columns(const std::string& wanted) {
 // --sweep: fused forward and backward (b) under each tuning, printed as one line per shape.
 void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
            const std::vector<SweepColumn>& columns, const std::vector<NormShape>& shapes,
-           const std::vector<DType>& dtypes, const std::vector<NormKind>& kinds) {
+           const std::vector<DType>& dtypes, const std::vector<NormKind>& kinds,
+           bool residual) {
     std::printf("\nsweep: %% of copy, fwd / bwd (b; (a) in the locked columns), under these "
                 "tunings (auto: the defaults; loop TxV: every row looped, T threads, V vectors a "
                 "step):\n%-22s %9s",
@@ -320,12 +321,14 @@ void sweep(bench::Timer& timer, double copy_gbs, bool weights_f32,
                 const std::size_t bytes = (std::size_t)(s.m * s.n) * dtype_size(dt);
                 std::printf(" %9.1f", 100 * bench::copy_bandwidth_gbs(timer, bytes) / copy_gbs);
                 for (const SweepColumn& c : columns) {
-                    // rows: fwd, bwd grid, (bwd locked,) fwd inference
+                    // rows: fwd, (fwd residual,) bwd grid, (bwd grid + dh,) (bwd locked,)
+                    // fwd inference; with --residual the fused-residual rows are printed
                     std::vector<Row> rows =
                         bench_shape(timer, copy_gbs, kind, dt, weights_f32 ? DType::f32 : dt, s,
-                                    false, c.locked, &c.tuning);
-                    std::printf("   %5.1f / %5.1f", 100 * rows[0].ratio,
-                                100 * rows[c.locked ? 2 : 1].ratio);
+                                    false, c.locked, &c.tuning, 0, residual);
+                    const int fwd = residual ? 1 : 0, grid = residual ? 3 : 1;
+                    std::printf("   %5.1f / %5.1f", 100 * rows[fwd].ratio,
+                                100 * rows[c.locked ? grid + 1 : grid].ratio);
                 }
                 std::printf("\n");
                 std::fflush(stdout);
@@ -476,7 +479,7 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (do_sweep) {
-            sweep(timer, copy, weights_f32, sweep_cols, shapes, dtypes, kinds);
+            sweep(timer, copy, weights_f32, sweep_cols, shapes, dtypes, kinds, residual);
             return 0;
         }
         for (DType dt : dtypes)

@@ -145,6 +145,19 @@ TEST_CASE("norm plans: the measured rules pick their kernels at docs/norms.md's 
     p = plan_forward(call(NormKind::layer, 2, 16384, 1536), d, t);  // 192 vectors: three each
     CHECK(p.rows.tpr == 64);
     CHECK(p.fixed_items == 3);
+    // GPT-2's norms in a block: 96 vectors of a 2-byte row, 32 threads of three (F6), but with the
+    // residual fused one vector a thread, 128 threads; f32 rows with a residual keep two.
+    NormCall block = call(NormKind::layer, 2, 65536, 768);
+    CHECK(plan_forward(block, d, t).rows.tpr == 32);
+    block.residual = true;
+    p = plan_forward(block, d, t);
+    CHECK(p.kernel == ForwardKernel::registers);
+    CHECK(p.rows.tpr == 128);
+    CHECK(p.fixed_items == 1);
+    block.kind = NormKind::rms;
+    CHECK(plan_forward(block, d, t).rows.tpr == 128);
+    block.elem_bytes = 4;
+    CHECK(plan_forward(block, d, t).rows.tpr == 128);  // 192 vectors, two a thread
     // Rows of 1024 to 6144 vectors: looped, steps of up to 1024 x 4 (F5, F8).
     p = plan_forward(call(NormKind::rms, 4, 4096, 8192), d, t);
     CHECK(p.kernel == ForwardKernel::looped);

@@ -40,18 +40,12 @@ struct ForwardParams {
     float* rstd;
 };
 
-// Loads x (+ residual, rounded to T and stored as h) for one vector, kept in the storage type
-// (a bf16 vector of 8 takes 4 registers, not 8): the register kernel converts as it goes.
-template <typename T, typename W, int VEC>
-__device__ __forceinline__ void load_input_pack(const ForwardParams<T, W>& p, long long offset,
-                                                Pack<T, VEC>& v) {
-    v = *reinterpret_cast<const Pack<T, VEC>*>(p.x + offset);
-    if (p.residual) {
-        Pack<T, VEC> r = *reinterpret_cast<const Pack<T, VEC>*>(p.residual + offset);
+// x + r for one vector, rounded to T as h is stored and normalised.
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> add_residual(Pack<T, VEC> x, const Pack<T, VEC>& r) {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) v.v[k] = from_float<T>(to_float(v.v[k]) + to_float(r.v[k]));
-        *reinterpret_cast<Pack<T, VEC>*>(p.h_out + offset) = v;  // normalise exactly this h
-    }
+    for (int k = 0; k < VEC; ++k) x.v[k] = from_float<T>(to_float(x.v[k]) + to_float(r.v[k]));
+    return x;
 }
 
 // The looped kernel's first read of a vector: x asked to stay in L2 for the second read, or, with
@@ -60,8 +54,10 @@ template <typename T, typename W, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_input_keep(const ForwardParams<T, W>& p,
                                                         long long offset) {
     if (!p.residual) return load_pack_keep<T, VEC>(p.x + offset);
-    Pack<T, VEC> h;
-    load_input_pack<T, W, VEC>(p, offset, h);
+    const Pack<T, VEC> h =
+        add_residual(*reinterpret_cast<const Pack<T, VEC>*>(p.x + offset),
+                     *reinterpret_cast<const Pack<T, VEC>*>(p.residual + offset));
+    *reinterpret_cast<Pack<T, VEC>*>(p.h_out + offset) = h;
     return h;
 }
 
@@ -124,12 +120,17 @@ constexpr int forward_max_threads() {
     return ITEMS * VEC * forward_bytes_per_elem<T, W>() <= 64 ? 1024 : 512;
 }
 
-// Whether a register kernel has the usual-affine path (load_affine's kAffineWeight(Bias); rule
-// F10) beside the run-time one: not for 2-byte weights on threads holding the most values
-// (kForwardElems), where the second path spills (-Xptxas -v, sm_90).
+// Register kernels whose threads hold the most values (kForwardElems) with 2-byte weights have
+// the fewest registers to spare (1024-thread blocks, 64 a thread): they spill (-Xptxas -v, sm_90)
+// with the usual-affine path (load_affine's kAffineWeight(Bias); rule F10) beside the run-time
+// one, or with all of a thread's residual vectors loaded beside x (they load them half at once).
+template <typename W, int VEC, int ITEMS>
+constexpr bool register_tight() {
+    return sizeof(W) == 2 && ITEMS * VEC == kForwardElems;
+}
 template <typename W, int VEC, int ITEMS>
 constexpr bool register_usual_path() {
-    return !(sizeof(W) == 2 && ITEMS * VEC == kForwardElems);
+    return !register_tight<W, VEC, ITEMS>();
 }
 
 // The register forward: reference version 3 (the row in registers, 16-byte vectors; reference.cu)
@@ -152,24 +153,48 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     const bool active = row < p.rows;
     const long long base = row * p.cols;
     const int cols = active ? (int)p.cols : 0;  // an inactive row loads nothing
+    // Every load of the row (x, the residual, and LayerNorm's shift: the row's first value) is
+    // issued before any h is stored: the compiler may not move a load past a store that could
+    // alias it, so loading and storing vector by vector would keep one vector in flight.
     Pack<T, VEC> v[ITEMS];
-    float s = 0.0f;  // RMSNorm: sum x^2
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int col = (i * tpr + lane) * VEC;
         if (col < cols) {
-            load_input_pack<T, W, VEC>(p, base + col, v[i]);
+            v[i] = *reinterpret_cast<const Pack<T, VEC>*>(p.x + base + col);
         } else {
 #pragma unroll
             for (int k = 0; k < VEC; ++k) v[i].v[k] = from_float<T>(0.0f);
         }
-        if (!LAYER)
+    }
+    const float shift = LAYER && active ? row_first(p, base) : 0.0f;
+    if (p.residual) {  // h = x + r, rounded to T, stored and normalised; r in chunks of vectors
+        constexpr int kChunk = register_tight<W, VEC, ITEMS>() ? 1 : ITEMS;
+#pragma unroll
+        for (int i0 = 0; i0 < ITEMS; i0 += kChunk) {
+            Pack<T, VEC> r[kChunk];
+#pragma unroll
+            for (int j = 0; j < kChunk; ++j) {
+                const int col = ((i0 + j) * tpr + lane) * VEC;
+                if (i0 + j < ITEMS && col < cols)
+                    r[j] = *reinterpret_cast<const Pack<T, VEC>*>(p.residual + base + col);
+            }
+#pragma unroll
+            for (int j = 0; j < kChunk; ++j) {
+                const int col = ((i0 + j) * tpr + lane) * VEC;
+                if (i0 + j >= ITEMS || col >= cols) continue;
+                v[i0 + j] = add_residual(v[i0 + j], r[j]);
+                *reinterpret_cast<Pack<T, VEC>*>(p.h_out + base + col) = v[i0 + j];
+            }
+        }
+    }
+    float s = 0.0f;  // RMSNorm: sum x^2
+    if (!LAYER)
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
             for (int k = 0; k < VEC; ++k) s += to_float(v[i].v[k]) * to_float(v[i].v[k]);
-    }
-    // LayerNorm: one reduction of shifted sums (row_statistics), the shift (the row's first
-    // value) from L1; the data are in registers.
-    const float shift = LAYER && active ? row_first(p, base) : 0.0f;
+    // LayerNorm: one reduction of shifted sums (row_statistics); the data are in registers.
     float a = s, q = 0.0f;
     if (LAYER) {
         a = 0.0f;

@@ -228,10 +228,13 @@ void looped_shape(ForwardPlan& p, long long cols, bool layer, int elem_bytes, bo
 }
 
 // F6: the vectors a register-forward thread aims to hold: two, but four for LayerNorm of 2-byte
-// values (except rows of exactly 128 or 256 vectors) and for rows without 16-byte vectors.
-int row_vectors(bool layer, int elem_bytes, bool vector_ok, long long cols, const NormTuning& t) {
+// values (except rows of exactly 128 or 256 vectors) and for rows without 16-byte vectors; one
+// for 2-byte rows with a residual (four streams: more threads, each with fewer loads in flight).
+int row_vectors(bool layer, int elem_bytes, bool vector_ok, bool residual, long long cols,
+                const NormTuning& t) {
     if (t.forward_row_vectors != NormTuning::kAuto) return std::max(1, t.forward_row_vectors);
     if (!vector_ok) return 4;
+    if (residual && elem_bytes == 2) return 1;
     if (!layer || elem_bytes != 2) return 2;
     const long long nvec = cols * elem_bytes / 16;
     const bool pow2 = (nvec & (nvec - 1)) == 0;
@@ -287,7 +290,7 @@ ForwardPlan plan_forward(const NormCall& c, const NormDevice& d, const NormTunin
     const int bytes_per_elem = std::max(c.elem_bytes, c.weight_bytes);
     p.rows = row_layout(c.cols, c.elem_bytes, c.vector_ok, std::min(kForwardElems, t.forward_elems),
                         64 * c.elem_bytes / bytes_per_elem, 8,
-                        row_vectors(layer, c.elem_bytes, c.vector_ok, c.cols, t));
+                        row_vectors(layer, c.elem_bytes, c.vector_ok, c.residual, c.cols, t));
     if (p.rows.looped) return looped();
     p.kernel = ForwardKernel::registers;
     p.vec = p.rows.vec;
