@@ -146,7 +146,8 @@ TEST_CASE("norm plans: the measured rules pick their kernels at docs/norms.md's 
     CHECK(p.rows.tpr == 64);
     CHECK(p.fixed_items == 3);
     // GPT-2's norms in a block: 96 vectors of a 2-byte row, 32 threads of three (F6), but with the
-    // residual fused one vector a thread, 128 threads; f32 rows with a residual keep two.
+    // residual fused one vector a thread, 128 threads; f32 rows with a residual keep the aim of
+    // two (192 vectors: 128 threads, not 256).
     NormCall block = call(NormKind::layer, 2, 65536, 768);
     CHECK(plan_forward(block, d, t).rows.tpr == 32);
     block.residual = true;

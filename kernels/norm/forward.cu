@@ -123,7 +123,8 @@ constexpr int forward_max_threads() {
 // Register kernels whose threads hold the most values (kForwardElems) with 2-byte weights have
 // the fewest registers to spare (1024-thread blocks, 64 a thread): they spill (-Xptxas -v, sm_90)
 // with the usual-affine path (load_affine's kAffineWeight(Bias); rule F10) beside the run-time
-// one, or with all of a thread's residual vectors loaded beside x (they load them half at once).
+// one, or with all of a thread's residual vectors loaded beside x (they load r a vector at a
+// time).
 template <typename W, int VEC, int ITEMS>
 constexpr bool register_tight() {
     return sizeof(W) == 2 && ITEMS * VEC == kForwardElems;
@@ -154,8 +155,9 @@ __global__ void __launch_bounds__(forward_max_threads<T, W, VEC, ITEMS>(), 1)
     const long long base = row * p.cols;
     const int cols = active ? (int)p.cols : 0;  // an inactive row loads nothing
     // Every load of the row (x, the residual, and LayerNorm's shift: the row's first value) is
-    // issued before any h is stored: the compiler may not move a load past a store that could
-    // alias it, so loading and storing vector by vector would keep one vector in flight.
+    // issued before any h is stored, but r a vector at a time where registers are tight: the
+    // compiler may not move a load past a store that could alias it, so loading and storing
+    // vector by vector would keep one vector in flight.
     Pack<T, VEC> v[ITEMS];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
